@@ -24,7 +24,8 @@ namespace cleave::run_plan {
 //    the heads layout and dqkv in both layouts: four more.
 // With grouped-query attention (Llama, Hkv < H) k and v are [T, K/tp], K = Hkv·hd, so "q, k, v" above is
 // [T, (D + 2K)/tp] and all_to_all's second dqkv likewise.
-// Full recomputation rebuilds the larger stash inside the backward.
+// Full recomputation rebuilds the larger stash inside the backward and holds it through all of it
+// (add_cp_attention_state: every phase holds the rebuilt one [T, D/tp] more, the core's over the rebuilt stash).
 //
 // The backward's extras are alive only in one phase of the block's backward, so they add to the level the block
 // holds then, not to its peak over all phases (the cost model's max of the mlp's and the attention's phases):
@@ -42,7 +43,7 @@ namespace {
 // sequence parallelism, with the mlp's and the output projection's gathered dy [T, D]); the attention layer holds
 // dout [T, D/tp] and dqkv [T, (D + 2K)/tp], and llama's (LlamaAttention::backward_input) its dq, dk, dv besides.
 // Less what the block's backward freed of its forward stash before (BlockRules::cp_core_backward_released_bytes: moe's
-// routing tables and count rows, f32 and integers, so doubled in the walk's units under bf16).
+// routing tables, count rows and f32 logits less the logits' gradient, in the walk's units).
 std::int64_t core_backward_level(const partition::BlockSpec& block, int tp, int cp, bool sequence_parallel, bool bf16,
                                  std::int64_t tqkv) {
   const partition::BlockRules* rules = partition::family_block_rules(block.kind);
@@ -50,7 +51,7 @@ std::int64_t core_backward_level(const partition::BlockSpec& block, int tp, int 
   const std::int64_t t = block.seq_len, d = block.in_features;
   const std::int64_t residual = sequence_parallel && tp > 1 ? (3 * (t / tp) * d + 2 * t * d) * 4 : 3 * t * d * 4;
   const std::int64_t released =
-      rules->cp_core_backward_released_bytes ? rules->cp_core_backward_released_bytes(block, cp) * (bf16 ? 2 : 1) : 0;
+      rules->cp_core_backward_released_bytes ? rules->cp_core_backward_released_bytes(block, cp, bf16) : 0;
   return residual + t * d / tp * 4 + rules->cp_core_backward_qkv_grads * tqkv - released;
 }
 
@@ -58,8 +59,16 @@ std::int64_t core_backward_level(const partition::BlockSpec& block, int tp, int 
 
 void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSpec& block,
                             partition::Recompute recompute, int tp, int cp, bool ring, bool sequence_parallel,
-                            bool bf16) {
+                            const partition::BlockCost* bf16_cost) {
   if (block.n_heads <= 0) return;  // a block without attention (embedding, head, MLP and CNN layers)
+  const bool bf16 = bf16_cost != nullptr;
+  // The family's figures in the walk's units: under bf16 twice the bf16 cost's (its f32 and integer bytes whole),
+  // which the caller reaches by adding 2 x bf16 - f32 to each field after this; the phases are compared in those
+  // units, so that the f32 bytes of the phase that is not the peak (moe's logit gradients in the mixture's phase)
+  // do not count in the core's (before, at cp2 bf16 top_k 1, where the core's phase is the peak: 256 B over).
+  const std::int64_t walk_fixup = bf16 ? 2 * bf16_cost->backward_extra_bytes - cost.backward_extra_bytes : 0;
+  const std::int64_t rebuilt = bf16 ? 2 * bf16_cost->recompute_transient_bytes : cost.recompute_transient_bytes;
+  const std::int64_t kept = bf16 ? 2 * bf16_cost->activation_bytes : cost.activation_bytes;
   const std::int64_t td = block.seq_len * block.in_features / tp * 4;  // f32; bf16 halves all activations below
   const std::int64_t kv_heads = block.n_kv_heads > 0 ? block.n_kv_heads : block.n_heads;
   const std::int64_t tqkv = block.seq_len * (block.in_features + 2 * kv_heads * (block.in_features / block.n_heads)) /
@@ -70,14 +79,23 @@ void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSp
   if (ring && recompute == partition::Recompute::kSelective) extra += tqkv + td;
   if (recompute == partition::Recompute::kFull) extra += td;
   std::int64_t level = core_backward_level(block, tp, cp, sequence_parallel, bf16, tqkv);
-  // Not read from the layers, or full recomputation: the sum, measured at cp2 exact for llama and over where the
-  // mlp's phase is the peak (by the extras less the rebuilt one [T, D/tp]: ContextParallel.
-  // FullRecomputeMemoryFollowsThePlan, MoeMemory.ContextParallelFullRecomputeIsOverByTheCoreExtras).
-  if (level < 0 || recompute == partition::Recompute::kFull) {
+  // Not read from the layers: the sum.
+  if (level < 0) {
     cost.backward_extra_bytes += extra;
     return;
   }
-  if (recompute == partition::Recompute::kSelective) level += cost.recompute_transient_bytes;  // the rebuilt lse
+  if (recompute == partition::Recompute::kSelective) level += rebuilt;  // the rebuilt lse
+  // Full recomputation: the rerun rebuilds the stash (all of it but the kept input, which the block's start holds)
+  // and the cp core's one [T, D/tp] more, both held through the whole backward: every phase of the block's (the
+  // family's figure, which counts the rest of the rebuilt stash) holds that one more, and the core's level holds the
+  // rebuilt stash besides the core's backward extras. Before, the extras were summed on top of the block's peak over
+  // its phases: over by them less the rebuilt one where the mlp's phase is the peak (gpt at cp2 ring 2 [T, D],
+  // all_to_all one; moe ring 2 [T, D], all_to_all [T, D] + [T, D + 2K]).
+  if (recompute == partition::Recompute::kFull) {
+    cost.backward_extra_bytes += td;
+    extra -= td;
+    level += rebuilt - kept + td;
+  }
   // Selective ring: the rerun's q, k, v chunks are gone by the time dqkv is assembled (measured at cp2: one
   // [T, (D + 2K)/tp] over before, gpt 12,288 B, llama and moe 8,192 B); its output chunks remain.
   if (ring && recompute == partition::Recompute::kSelective) extra -= tqkv;
@@ -86,7 +104,7 @@ void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSp
   const partition::BlockRules* rules = partition::family_block_rules(block.kind);
   const bool through_qkv = !ring && rules->cp_qkv_backward_inside_core;
   if (through_qkv) level += block.seq_len * block.in_features * 4;
-  cost.backward_extra_bytes = std::max(cost.backward_extra_bytes, level + extra);
+  cost.backward_extra_bytes = std::max(cost.backward_extra_bytes + walk_fixup, level + extra) - walk_fixup;
 }
 
 void add_cp_whole_stash(partition::BlockCost& cost, const partition::BlockSpec& block, partition::Recompute recompute,

@@ -12,14 +12,16 @@
 
 namespace cleave::run_plan {
 
-// Adds to `cost` (one tp rank's, per sample) what the cp attention core of `block` keeps beyond the one-rank core:
-// to its stash, and to its backward's peak as the larger of that peak and the level the block holds in the core's
-// phase (`sequence_parallel`: the residual stream's gradients are shards; less what the block's backward freed of
-// its stash before, BlockRules::cp_core_backward_released_bytes, at `cp` ranks, `bf16` doubling those f32 and
-// integer bytes in the walk's units) plus the core's extras.
+// Adds to `cost` (one tp rank's, per sample, f32) what the cp attention core of `block` keeps beyond the one-rank
+// core: to its stash, and to its backward's peak as the larger of that peak and the level the block holds in the
+// core's phase (`sequence_parallel`: the residual stream's gradients are shards; less what the block's backward freed
+// of its stash before, BlockRules::cp_core_backward_released_bytes, at `cp` ranks; under full recomputation over the
+// rebuilt stash) plus the core's extras. `bf16_cost`: the block's bf16 cost under bf16 (null in fp32), whose f32 and
+// integer bytes the walk counts whole: the phases are compared in the walk's units (the caller adds 2 x bf16 - f32
+// to each field afterwards).
 void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSpec& block,
                             partition::Recompute recompute, int tp, int cp, bool ring, bool sequence_parallel,
-                            bool bf16);
+                            const partition::BlockCost* bf16_cost);
 
 // Adds to `cost` (per sample, in the walk's units: the walk divides by cp and, under bf16, by 2) the bytes `block`
 // keeps whole on every cp rank (BlockRules::cp_whole_stash_bytes), so multiplied by cp (and by 2 under bf16: they

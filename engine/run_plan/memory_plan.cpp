@@ -115,7 +115,10 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       table_seen = table_seen || holds_table;
       expert_bytes += 4 * partition::expert_param_count(block) / tp;
       partition::BlockCost a = shard[static_cast<std::size_t>(b)];
-      if (cp > 1) add_cp_attention_state(a, block, recompute, tp, cp, ring, sp, bf16);
+      if (cp > 1) {
+        add_cp_attention_state(a, block, recompute, tp, cp, ring, sp,
+                               bf16 ? &shard16[static_cast<std::size_t>(b)] : nullptr);
+      }
       cp_exchange = std::max(cp_exchange, cp_exchange_bytes(block, micro, tp, cp, ring, bf16 ? 2 : 4));
       // The attention kernel's scratch is known with the run's CPU kernels only (threads).
       stage_transients[static_cast<std::size_t>(stage)].push_back(

@@ -117,6 +117,14 @@ VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& 
                                max_loss_difference(twin_run.losses, reference.losses),
                                describe_twin(reference_config, *twin), options.noise_multiple);
   }
+  const std::optional<config::RunConfig> fp32 =
+      options.noise_multiple > 0 ? precision_twin(reference_config) : std::nullopt;
+  if (fp32) {
+    const Run fp32_run = run(*fp32, *self);
+    const double factor = options.noise_multiple * tp_rounding_factor(resolved.parallel.tensor_model_parallel_size);
+    report.rounding = rounding_floor(compare_parameters(fp32_run.params, reference.params, null_slices, null_bound),
+                                     max_loss_difference(fp32_run.losses, reference.losses), factor);
+  }
   ParamComparison compared = compare_parameters(layout.params, reference.params, null_slices, null_bound, initial);
   report.params = std::move(compared.params);
   report.null_slices = std::move(compared.null_slices);
@@ -125,8 +133,9 @@ VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& 
   const bool null_within = std::all_of(report.null_slices.begin(), report.null_slices.end(),
                                        [](const NullSliceDifference& d) { return d.within(); });
   const NoiseFloor* floor = report.floor ? &*report.floor : nullptr;
+  const RoundingFloor* rounding = report.rounding ? &*report.rounding : nullptr;
   report.params_within = same_names && std::all_of(report.params.begin(), report.params.end(), [&](const ParamDifference& d) {
-    return tensor_within(d, options.param_tolerance, floor);
+    return tensor_within(d, options.param_tolerance, floor, rounding);
   });
   report.passed = report.layout_losses.size() == report.reference_losses.size() &&
                   report.max_loss_difference <= options.loss_tolerance && report.params_within &&
@@ -137,9 +146,26 @@ VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& 
 namespace {
 
 // How close a tensor is to failing: its difference over the tolerance it is held to (tensor_within's rule).
-double closeness(const ParamDifference& d, const VerifyOptions& options, const std::optional<NoiseFloor>& floor) {
-  const double by_scale = d.normalised / std::max(options.param_tolerance, 1e-300);
-  return floor ? std::min(by_scale, d.moved / std::max(floor->tolerance(), 1e-300)) : by_scale;
+double closeness(const ParamDifference& d, const VerifyOptions& options, const VerifyReport& report) {
+  double c = d.normalised / std::max(options.param_tolerance, 1e-300);
+  if (report.floor) c = std::min(c, d.moved / std::max(report.floor->tolerance(), 1e-300));
+  if (report.rounding) c = std::min(c, d.max_abs / std::max(report.rounding->tolerance(d.name), 1e-300));
+  return c;
+}
+
+// The precision twin's lines: what it is, the factor, the tensor closest to its tolerance.
+std::string format_rounding(const RoundingFloor& r, const std::vector<ParamDifference>& params) {
+  double worst = 0;
+  std::string name = "-";
+  for (const ParamDifference& d : params) {
+    const double ratio = d.max_abs / std::max(r.max_abs.count(d.name) ? r.max_abs.at(d.name) : 0.0, 1e-300);
+    if (d.max_abs > 0 && ratio > worst) worst = ratio, name = d.name;
+  }
+  return fmt::format(
+      "bf16 rounding per tensor: the reference run again with {} ends each tensor as far from it as bf16's roundings "
+      "move it (\"vs fp32\"); a tensor also passes within {:.3g} x that (--noise-multiple x sqrt((tp + 2) / 2) at tp > "
+      "1): the layout's largest is {:.3g} x ({}); the fp32 run's losses differ by up to {:.3g}\n",
+      r.twin, r.factor, worst, name, r.loss);
 }
 
 // The twin's lines: what it is, its floor, the tolerance a tensor gets from it.
@@ -165,26 +191,33 @@ std::string format_report(const VerifyReport& report, const VerifyOptions& optio
   }
   auto params = report.params;
   std::stable_sort(params.begin(), params.end(), [&](const ParamDifference& a, const ParamDifference& b) {
-    return closeness(a, options, report.floor) > closeness(b, options, report.floor);
+    return closeness(a, options, report) > closeness(b, options, report);
   });
-  out += fmt::format("\n{:<40} {:>10} {:>12} {:>12}{}\n", "parameter (worst first)", "elements", "max |diff|",
-                     "normalised", report.floor ? fmt::format(" {:>12}", "of movement") : "");
+  out += fmt::format("\n{:<40} {:>10} {:>12} {:>12}{}{}\n", "parameter (worst first)", "elements", "max |diff|",
+                     "normalised", report.floor ? fmt::format(" {:>12}", "of movement") : "",
+                     report.rounding ? fmt::format(" {:>12}", "vs fp32") : "");
   for (std::size_t i = 0; i < params.size() && i < max_rows; ++i) {
     const ParamDifference& d = params[i];
-    out += fmt::format("{:<40} {:>10} {:>12.3g} {:>12.3g}{}\n", d.name, d.numel, d.max_abs, d.normalised,
-                       report.floor ? fmt::format(" {:>12.3g}", d.moved) : "");
+    const auto fp32 = report.rounding ? report.rounding->max_abs.find(d.name) : std::map<std::string, double>::const_iterator();
+    out += fmt::format("{:<40} {:>10} {:>12.3g} {:>12.3g}{}{}\n", d.name, d.numel, d.max_abs, d.normalised,
+                       report.floor ? fmt::format(" {:>12.3g}", d.moved) : "",
+                       report.rounding ? fmt::format(" {:>12.3g}", fp32 == report.rounding->max_abs.end() ? 0.0 : fp32->second)
+                                       : "");
   }
   if (params.size() > max_rows) out += fmt::format("... {} more parameters\n", params.size() - max_rows);
   out += format_null_slices(report.null_slices, std::min<std::size_t>(max_rows, 4));
   if (report.floor) out += format_floor(*report.floor, report.params);
+  if (report.rounding) out += (report.floor ? "" : "\n") + format_rounding(*report.rounding, report.params);
   out += fmt::format("\nmax loss difference {:.3g} (tolerance {:.3g}), max parameter difference {:.3g} (tolerance "
                      "{:.3g}{}): {}\n",
                      report.max_loss_difference, options.loss_tolerance, report.max_param_difference,
-                     options.param_tolerance, report.floor ? fmt::format(", or the bf16 floor's {:.3g} of movement", report.floor->tolerance())
-                                   : "",
+                     options.param_tolerance,
+                     (report.floor ? fmt::format(", or the bf16 floor's {:.3g} of movement", report.floor->tolerance())
+                                   : std::string()) +
+                         (report.rounding ? fmt::format(", or {:.3g} x vs fp32", report.rounding->factor) : std::string()),
                      report.passed ? "PASS" : "FAIL");
   const bool only_params = report.max_loss_difference <= options.loss_tolerance && !report.params_within;
-  if (!report.passed && only_params && report.floor) {
+  if (!report.passed && only_params && (report.floor || report.rounding)) {
     out += "the losses agree and some parameters do not, by more than the same run differs from itself with its sums in "
            "another order: not rounding (a wrong gradient or update on those tensors), unless the layout rounds more "
            "often than the reference; compare with --set optimizer.type=sgd (docs/multi-rank.md)\n";

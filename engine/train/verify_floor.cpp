@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "engine/core/enum_names.hpp"
 #include "kernels/ops/cpu_blas.hpp"
 
@@ -54,9 +56,27 @@ NoiseFloor noise_floor(const ParamComparison& twin_against_reference, double los
   return f;
 }
 
-bool tensor_within(const ParamDifference& d, double param_tolerance, const NoiseFloor* floor) {
+std::optional<config::RunConfig> precision_twin(const config::RunConfig& reference) {
+  if (reference.device.precision != ops::Precision::kBf16) return std::nullopt;
+  config::RunConfig twin = reference;
+  twin.device.precision = ops::Precision::kFp32;
+  return twin;
+}
+
+RoundingFloor rounding_floor(const ParamComparison& twin_against_reference, double loss, double factor) {
+  RoundingFloor f;
+  f.twin = "device.precision fp32 instead of bf16";
+  f.factor = factor;
+  f.loss = loss;
+  for (const ParamDifference& d : twin_against_reference.params) f.max_abs[d.name] = d.max_abs;
+  return f;
+}
+
+bool tensor_within(const ParamDifference& d, double param_tolerance, const NoiseFloor* floor,
+                   const RoundingFloor* rounding) {
   if (d.normalised <= param_tolerance) return true;
-  return floor != nullptr && d.moved <= floor->tolerance();
+  if (floor != nullptr && d.moved <= floor->tolerance()) return true;
+  return rounding != nullptr && std::isfinite(rounding->tolerance(d.name)) && d.max_abs <= rounding->tolerance(d.name);
 }
 
 }  // namespace cleave::train

@@ -14,8 +14,19 @@
 // twin's loss difference is reported beside the layout's, not used: --loss-tolerance (2^-8 / sqrt(tokens),
 // x sqrt((tp + 2) / 2) at tp > 1: default_loss_tolerance) holds.
 // Invariant: a twin differs from its reference in device.blas only, and only in bf16 on the CPU.
+//
+// On small models the two libraries sum in nearly the same order (K fits one block), so the twin shows no floor
+// while a layout's extra roundings still move tensors whose bf16 rounding of small values dominates (a tp 2 layout
+// rounds each row-parallel partial and the sum; a bias starting at zero sums many such values that cancel). The
+// precision twin measures that per tensor: the reference again in fp32 (nothing else differs) ends each tensor as
+// far from the bf16 reference as bf16's roundings move it. A layout's bf16 run carries the reference's roundings
+// reordered (as far from fp32 as the reference) or multiplied (at tp t, sqrt(t + 1) times as far), and
+// |layout - reference| <= |layout - fp32| + |reference - fp32|: in quadrature sqrt(2) x tp_rounding_factor x
+// |reference - fp32| per tensor; a tensor passes within `multiple` x tp_rounding_factor x its own precision-twin
+// difference (RoundingFloor; docs/multi-rank.md).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 
@@ -33,6 +44,25 @@ struct NoiseFloor {
   double tolerance() const { return multiple * floor; }
 };
 
+// The precision twin's differences: each tensor's max |fp32 reference - bf16 reference|, and the factor a layout's
+// difference is held to: multiple x tp_rounding_factor(tp) of it.
+struct RoundingFloor {
+  std::string twin;                   // "device.precision fp32 instead of bf16"
+  std::map<std::string, double> max_abs;  // per tensor
+  double factor = 3;                  // a layout's tensor passes within factor x its max_abs
+  double loss = 0;                    // the twin's largest relative loss difference (reported only)
+  double tolerance(const std::string& name) const {
+    auto it = max_abs.find(name);
+    return it == max_abs.end() ? 0.0 : factor * it->second;
+  }
+};
+
+// The precision twin of a single-rank reference config: the same run in fp32. nullopt in fp32.
+std::optional<config::RunConfig> precision_twin(const config::RunConfig& reference);
+
+// The floor a precision twin's comparison against the reference shows, at `factor`.
+RoundingFloor rounding_floor(const ParamComparison& twin_against_reference, double loss, double factor);
+
 // The twin of a single-rank reference config: the same run with another CPU GEMM library than the one the reference
 // runs (onednn <-> openblas; blis -> openblas; openblas -> onednn, else blis). nullopt in fp32 (its rounding is
 // 2^-24 and --param-tolerance holds there), on cuda (device.blas does not apply) and in a build with one library.
@@ -46,9 +76,11 @@ std::string describe_twin(const config::RunConfig& reference, const config::RunC
 NoiseFloor noise_floor(const ParamComparison& twin_against_reference, double loss, std::string twin, double multiple);
 
 // Whether one tensor's difference passes: within `param_tolerance` of its scale (normalised, the fp32 rule), or,
-// with a floor, within the floor's tolerance of its movement. A NaN difference passes neither. The floor is a second
-// way to pass, not a replacement: on small models the two GEMM libraries sum in nearly the same order (the twin of
-// a d_model 32 gpt under SGD ends 7e-6 of a movement away, a correct cp 2 2e-5), so the fixed rule must still hold.
-bool tensor_within(const ParamDifference& d, double param_tolerance, const NoiseFloor* floor);
+// with a floor, within the floor's tolerance of its movement, or, with a rounding floor, within its tolerance of the
+// tensor's own precision-twin difference. A NaN difference passes none. The floors are further ways to pass, not
+// replacements: on small models the two GEMM libraries sum in nearly the same order (the twin of a d_model 32 gpt
+// under SGD ends 7e-6 of a movement away, a correct cp 2 2e-5), so the fixed rule must still hold.
+bool tensor_within(const ParamDifference& d, double param_tolerance, const NoiseFloor* floor,
+                   const RoundingFloor* rounding = nullptr);
 
 }  // namespace cleave::train

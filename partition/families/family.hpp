@@ -153,11 +153,12 @@ struct BlockRules {
   // Under all_to_all its attention core runs the qkv projection's backward inside it (gpt's
   // attention_core_backward `then`), so the exchange's extras are held through that backward too.
   bool cp_qkv_backward_inside_core = false;
-  // Context parallelism's memory plan: the bytes per sample, at cp ranks, of the block's forward stash (f32 and
-  // integer tensors: whole under bf16) that its backward frees for good before the attention core's backward, so
-  // that the core's level (cp_core_backward_qkv_grads) is that much under the block's start: moe's routing tables
-  // and the count exchange's rows, which MoeMlp::backward_input drops. Null: none.
-  std::int64_t (*cp_core_backward_released_bytes)(const BlockSpec& block, int cp) = nullptr;
+  // Context parallelism's memory plan: the bytes per sample, at cp ranks, by which the block's backward lowers its
+  // forward stash for good before the attention core's backward, so that the core's level (cp_core_backward_qkv_grads)
+  // is that much under the block's start: moe's routing tables, count exchange rows and f32 logits, which
+  // MoeMlp::backward_input drops, less the logits' gradient it keeps in their place. In the memory plan's units
+  // (f32 bytes per element; `bf16`: the f32 and integer tensors counted twice, whole once the walk halves). Null: none.
+  std::int64_t (*cp_core_backward_released_bytes)(const BlockSpec& block, int cp, bool bf16) = nullptr;
   // The block's parameter slices whose gradient vanishes in exact arithmetic (NullGradient above): gpt's attention
   // key bias. Null: none.
   std::vector<NullGradient> (*null_gradients)(const BlockSpec& block) = nullptr;

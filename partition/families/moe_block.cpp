@@ -61,7 +61,9 @@ std::int64_t mixture_phase(const BlockSpec& block, std::int64_t b, Recompute rec
     mixture += (sp ? std::max(t * d + 3 * t * shared / tp, 2 * t * d + ts * d)
                    : std::max(3 * t * shared / tp, 2 * t * d)) * b;
   }
-  if (block.shared_expert_gate) mixture += ts * d * b;  // the gated dy the shared SwiGLU's backward reads
+  // The gated dy the shared SwiGLU's backward reads, and the gate's logit gradient [T, 1] beside it, f32 and in the
+  // compute dtype (SharedExpertGate::backward_input; before they were counted, 8 B a token under the measured peak).
+  if (block.shared_expert_gate) mixture += ts * d * b + ts * (4 + b);
   if (recompute == Recompute::kFull) mixture += cost.recompute_transient_bytes - ts * d * b;
   return mixture;
 }
@@ -163,11 +165,15 @@ TpBlockComm moe_tp_comm(const BlockSpec& block, DType dtype, int tp, bool sequen
 std::int64_t moe_cp_whole_stash_bytes(const BlockSpec& b) { return b.aux_loss ? 8 * (b.n_experts + 1) : 0; }
 
 // What MoeMlp::backward_input frees of the forward stash for good, before the attention's backward: the four routing
-// tables (T·k 4-byte entries each, moe_cost's) and the count exchange's rows (whole on every cp rank). Measured at cp2
-// (T 32, D 32, E 4, k 2, GPipe): the core's level that much under the plan's before (1,104 B: 1,024 B of tables and
-// 80 B of rows; 592 B at k 1, 1,024 B without the load-balancing loss), MoeMemory.ContextParallelFollowsThePlan.
-std::int64_t moe_cp_core_backward_released_bytes(const BlockSpec& b, int cp) {
-  return 4 * b.seq_len * b.top_k * 4 + moe_cp_whole_stash_bytes(b) * cp;
+// tables (T·k 4-byte entries each, moe_cost's), the count exchange's rows (whole on every cp rank) and the f32 logits
+// [T, E], less the logits' gradient [T, E] in the compute dtype it keeps in their place for the router's weight
+// gradient (the same bytes in fp32). Measured at cp2 (T 32, D 32, E 4, k 2, GPipe): the core's level that much under
+// the plan's before (1,104 B: 1,024 B of tables and 80 B of rows; 592 B at k 1, 1,024 B without the load-balancing
+// loss); under bf16 the logits' 2 B a token and expert more (the plan 256 B over at top_k 1, where the core's phase
+// is the peak, before they were counted), MoeMemory.ContextParallelFollowsThePlan.
+std::int64_t moe_cp_core_backward_released_bytes(const BlockSpec& b, int cp, bool bf16) {
+  const std::int64_t logits = b.seq_len * b.n_experts * 4;
+  return (4 * b.seq_len * b.top_k * 4 + moe_cp_whole_stash_bytes(b) * cp + logits) * (bf16 ? 2 : 1) - logits;
 }
 
 std::string moe_shape_key(const BlockSpec& b) {

@@ -1,7 +1,8 @@
 // cleave verify's bf16 noise floor (engine/train/verify_floor.hpp) as pure functions: the twin differs from its
 // reference in device.blas only and exists only for bf16 on the cpu with a second library built; `moved` measures a
 // difference against how far training moved the tensor; the floor is the twin's largest; a tensor passes within the
-// fixed tolerance of its scale or within multiple x floor of its movement, and NaN passes neither.
+// fixed tolerance of its scale or within multiple x floor of its movement, and NaN passes neither. The precision
+// twin is the reference in fp32 (bf16 only); a tensor also passes within factor x its own fp32 difference.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -76,6 +77,31 @@ TEST(VerifyFloor, FloorIsTheTwinsLargestAndATensorPassesEitherWay) {
   EXPECT_FALSE(tensor_within(neither, 1e-3, &f));
   const double nan = std::numeric_limits<double>::quiet_NaN();
   EXPECT_FALSE(tensor_within({"x", 4, nan, nan, nan}, 1e-3, &f));
+}
+
+TEST(VerifyFloor, PrecisionTwinIsTheReferenceInFp32AndHoldsEachTensorToItsOwnDifference) {
+  config::RunConfig fp32;
+  EXPECT_FALSE(precision_twin(fp32).has_value());
+  const config::RunConfig reference = bf16_cpu();
+  const std::optional<config::RunConfig> twin = precision_twin(reference);
+  ASSERT_TRUE(twin.has_value());
+  config::RunConfig same = *twin;
+  same.device.precision = ops::Precision::kBf16;
+  EXPECT_TRUE(same == reference);  // nothing else differs
+  ParamComparison against;
+  const double inf = std::numeric_limits<double>::infinity();
+  against.params = {{"bias", 4, 2e-3, 0.5, 0}, {"weight", 4, 1e-5, 1e-5, 0}, {"broken", 4, inf, inf, 0}};
+  const RoundingFloor r = rounding_floor(against, 1e-5, 3);
+  EXPECT_DOUBLE_EQ(r.tolerance("bias"), 6e-3);
+  EXPECT_DOUBLE_EQ(r.tolerance("weight"), 3e-5);
+  EXPECT_EQ(r.tolerance("absent"), 0);
+  EXPECT_NE(r.twin.find("fp32"), std::string::npos);
+  EXPECT_TRUE(tensor_within({"bias", 4, 5e-3, 0.4, 0}, 1e-3, nullptr, &r));     // its own rounding's size
+  EXPECT_FALSE(tensor_within({"weight", 4, 5e-3, 0.4, 0}, 1e-3, nullptr, &r));   // per tensor: not the bias's
+  EXPECT_FALSE(tensor_within({"bias", 4, 7e-3, 0.5, 0}, 1e-3, nullptr, &r));     // past 3 x its own
+  EXPECT_FALSE(tensor_within({"broken", 4, 1.0, 0.5, 0}, 1e-3, nullptr, &r));    // a non-finite twin passes nothing
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_FALSE(tensor_within({"bias", 4, nan, nan, nan}, 1e-3, nullptr, &r));
 }
 
 }  // namespace

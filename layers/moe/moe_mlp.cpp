@@ -9,6 +9,7 @@
 #include "kernels/ops/ops.hpp"
 #include "layers/comm_wait.hpp"
 #include "layers/layer_util.hpp"
+#include "layers/moe/all_to_all_timer.hpp"
 #include "layers/moe/balance_exchange.hpp"
 #include "layers/moe/expert_dispatch.hpp"
 #include "layers/moe/forced_routing.hpp"
@@ -74,31 +75,28 @@ Tensor upload_async(const Context& ctx, const std::vector<T>& values, const Shap
   return device;
 }
 
-// Adds the wall time of the all-to-all in its scope to the run's router log (moe_ep_all_to_all_ms, the imbalance
-// benchmark's measured figure); nothing when the run keeps no log. Time the rank spent on a paired micro-batch
-// while this one's exchange was in flight (an overlapped F&B pair, comm_wait.hpp) is not counted: the figure is
-// the exposed all-to-all time.
-class AllToAllTimer {
- public:
-  AllToAllTimer(const Context& ctx, const std::string& block)
-      : ctx_(ctx), log_(ctx.router_log), block_(block), start_(std::chrono::steady_clock::now()),
-        handed_off_(seconds_handed_off(ctx)) {}
-  ~AllToAllTimer() {
-    if (log_ != nullptr) {
-      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-      log_->add_all_to_all_time(block_, wall - (seconds_handed_off(ctx_) - handed_off_));
-    }
-  }
-  AllToAllTimer(const AllToAllTimer&) = delete;
-  AllToAllTimer& operator=(const AllToAllTimer&) = delete;
-
- private:
-  const Context& ctx_;
-  RouterLog* log_;
-  const std::string& block_;
-  std::chrono::steady_clock::time_point start_;
-  double handed_off_;
+// The routing's index and weight tensors on ctx.device (upload_async), with the four host staging tensors they were
+// copied from (empty slots where none is kept). A forward no backward follows (recomputation's first,
+// evaluation's) keeps no stash to hold the staging in: one wait here for the four copies instead (counted on the
+// CPU too, which counts what a GPU waits).
+struct RoutingTensors {
+  Tensor row_token, token_row, weight, row_weight;
+  std::vector<Tensor> staging;
 };
+RoutingTensors upload_routing(const Context& ctx, const Routing& routing, bool backward_follows) {
+  const std::int64_t n = routing.tokens, k = routing.top_k, r = n * k;
+  RoutingTensors t;
+  t.row_token = upload_async(ctx, routing.row_token, Shape{r}, DType::kI32, t.staging);
+  t.token_row = upload_async(ctx, routing.token_row, Shape{n, k}, DType::kI32, t.staging);
+  t.weight = upload_async(ctx, routing.weight, Shape{n, k}, DType::kF32, t.staging);
+  t.row_weight = upload_async(ctx, routing.row_weight, Shape{r}, DType::kF32, t.staging);
+  if (!backward_follows) {
+    ops::synchronize(ctx);
+    t.staging.clear();
+  }
+  t.staging.resize(4);  // empty slots on the CPU (without a staging allocator) and after the wait above
+  return t;
+}
 
 std::vector<float> download(const Context& ctx, const Tensor& t) { return ops::to_host(ctx, t).to_floats(); }
 
@@ -280,20 +278,9 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
       stash.backward_follows ? post_balance_exchange(routing, n / full.dim(full.rank() - 2), router_, ctx)
                              : BalanceExchange{};
 
-  std::vector<Tensor> staging;  // GPU only: the uploads' host sides, kept until the backward (upload_async)
-  const Tensor row_token = upload_async(ctx, routing.row_token, Shape{r}, DType::kI32, staging);
-  const Tensor token_row = upload_async(ctx, routing.token_row, Shape{n, k}, DType::kI32, staging);
-  const Tensor weight = upload_async(ctx, routing.weight, Shape{n, k}, DType::kF32, staging);
-  const Tensor row_weight = upload_async(ctx, routing.row_weight, Shape{r}, DType::kF32, staging);
-  // A forward no backward follows (recomputation's first, evaluation's) keeps no stash to hold the staging in:
-  // one wait here for the four copies instead (counted on the CPU too, which counts what a GPU waits).
-  if (!stash.backward_follows) {
-    ops::synchronize(ctx);
-    staging.clear();
-  }
-  staging.resize(4);  // empty slots on the CPU (without a staging allocator) and after the wait above
+  const RoutingTensors up = upload_routing(ctx, routing, stash.backward_follows);  // staging: GPU only
   Tensor xp = new_activation(ctx, Shape{r, d_});
-  ops::moe_gather(ctx, xf, row_token, Tensor(), xp);
+  ops::moe_gather(ctx, xf, up.row_token, Tensor(), xp);
   // Under ep the rows go to their experts' ranks (counts exchanged first); this rank's experts run on what arrives.
   Tensor plan_tensor;
   if (ep) {
@@ -313,13 +300,13 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   // Under ep, back into this rank's routed-row layout (the experts' output rows are released here).
   if (ep) act.o = timed_exchange(combine_rows, act.o, plan_tensor, block_, ctx);
   Tensor y_full = new_activation(ctx, full.shape());
-  ops::moe_combine(ctx, act.o, token_row, weight, rows_of(y_full));
+  ops::moe_combine(ctx, act.o, up.token_row, up.weight, rows_of(y_full));
   Tensor y = reduce_over_tp(y_full, sp, ctx);
   if (shared_) ops::add_inplace(ctx, y, shared_->forward(x, stash.children[0], ctx));
   const bool on_host = ctx.device.is_cpu();  // the CPU's stash holds host tensors already (HostRouting)
-  stash.tensors = {full, logits, xp, act.g, act.u, act.h, act.o, row_token, token_row, weight, row_weight, plan_tensor, balance.sums,
-                   balance.staging, on_host ? Tensor() : logits_host, on_host ? Tensor() : bias_host,
-                   staging[0], staging[1], staging[2], staging[3]};
+  stash.tensors = {full, logits, xp, act.g, act.u, act.h, act.o, up.row_token, up.token_row, up.weight,
+                   up.row_weight, plan_tensor, balance.sums, balance.staging, on_host ? Tensor() : logits_host,
+                   on_host ? Tensor() : bias_host, up.staging[0], up.staging[1], up.staging[2], up.staging[3]};
   stash_balance(stash, balance);
   return y;
 }

@@ -66,7 +66,9 @@ std::vector<double> pack_log(const layers::RouterLog& log, const std::vector<std
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const layers::BlockRouting* b = log.find(blocks[i]);
     if (b == nullptr) continue;
-    for (std::size_t x = 0; x < b->counts.size() && x < at.e; ++x) v[at.count(i, x)] = static_cast<double>(b->counts[x]);
+    for (std::size_t x = 0; x < b->counts.size() && x < at.e; ++x) {
+      v[at.count(i, x)] = static_cast<double>(b->counts[x]);
+    }
     v[at.aux(i)] = b->aux_loss;
     v[at.z(i)] = b->z_loss;
     v[at.micro_batches(i)] = static_cast<double>(b->micro_batches);

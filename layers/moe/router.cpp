@@ -108,8 +108,11 @@ Routing route(std::span<const float> logits, std::span<const float> bias, const 
     const TokenScores ts = score_token(logits.data() + t * e, bias, o, s, key);
     r.lse[static_cast<std::size_t>(t)] = ts.lse;
     z_sum += ts.lse * ts.lse;
-    for (std::int64_t i = 0; i < e; ++i) mean_q[static_cast<std::size_t>(i)] += s[i] / ts.s_sum / static_cast<double>(n);
-    const auto forced_row = forced.empty() ? forced : forced.subspan(static_cast<std::size_t>(t * k), static_cast<std::size_t>(k));
+    for (std::int64_t i = 0; i < e; ++i) {
+      mean_q[static_cast<std::size_t>(i)] += s[i] / ts.s_sum / static_cast<double>(n);
+    }
+    const auto forced_row =
+        forced.empty() ? forced : forced.subspan(static_cast<std::size_t>(t * k), static_cast<std::size_t>(k));
     const double chosen = choose_experts(s, key, forced_row, k, order);
     for (std::int64_t j = 0; j < k; ++j) {
       const std::int32_t x = order[static_cast<std::size_t>(j)];

@@ -145,6 +145,68 @@ void balance_over(Routing& r, std::span<const std::int64_t> counts, std::int64_t
   r.aux_loss = o.aux_coef * static_cast<double>(e) * aux;
 }
 
+namespace {
+
+// Token t's routing weights, w_j = s_j (/ S, the chosen scores' sum when normalize): their gradient dweight into
+// the scores' gradient ds.
+void add_weight_grads(const Routing& r, std::int64_t t, std::span<const float> dweight, const double* s,
+                      bool normalize, std::vector<double>& ds) {
+  const std::int64_t k = r.top_k;
+  double chosen = 0.0, dot = 0.0;
+  for (std::int64_t j = 0; j < k; ++j) {
+    const auto slot = static_cast<std::size_t>(t * k + j);
+    chosen += s[r.expert[slot]];
+    dot += static_cast<double>(dweight[slot]) * static_cast<double>(r.weight[slot]);
+  }
+  for (std::int64_t j = 0; j < k; ++j) {
+    const auto slot = static_cast<std::size_t>(t * k + j);
+    const double dw = dweight[slot];
+    ds[static_cast<std::size_t>(r.expert[slot])] += normalize ? (dw - dot) / chosen : dw;
+  }
+}
+
+// The aux loss's gradient into token t's ds: d/dq_e = aux_coef · E · f_e / N, q = s / Σ s (for softmax Σ s = 1);
+// dq is scratch [E].
+void add_aux_grads(const Routing& r, const double* s, double loss_scale, const RouterOptions& o,
+                   std::vector<double>& dq, std::vector<double>& ds) {
+  const std::int64_t n = r.tokens, e = r.experts, k = r.top_k;
+  double s_sum = 0.0;
+  for (std::int64_t i = 0; i < e; ++i) s_sum += s[i];
+  double q_dot = 0.0;
+  for (std::int64_t i = 0; i < e; ++i) {
+    dq[static_cast<std::size_t>(i)] = loss_scale * o.aux_coef * static_cast<double>(e) *
+                                      static_cast<double>(r.balance_counts[static_cast<std::size_t>(i)]) /
+                                      static_cast<double>(r.balance_tokens * k) / static_cast<double>(n);
+    q_dot += dq[static_cast<std::size_t>(i)] * s[i] / s_sum;
+  }
+  for (std::int64_t i = 0; i < e; ++i) {
+    ds[static_cast<std::size_t>(i)] += (dq[static_cast<std::size_t>(i)] - q_dot) / s_sum;
+  }
+}
+
+// Token t's logits' gradient dl [E]: ds through the scores (softmax or sigmoid), plus the z loss's
+// 2 · z_coef · lse · softmax / N.
+void logit_grads(const Routing& r, std::int64_t t, const double* s, const std::vector<double>& ds, double loss_scale,
+                 const RouterOptions& o, float* dl) {
+  const std::int64_t n = r.tokens, e = r.experts;
+  const double lse = r.lse[static_cast<std::size_t>(t)];
+  double sd = 0.0;
+  if (o.kind == partition::RouterKind::kSoftmax) {
+    for (std::int64_t i = 0; i < e; ++i) sd += ds[static_cast<std::size_t>(i)] * s[i];
+  }
+  for (std::int64_t i = 0; i < e; ++i) {
+    const double d = ds[static_cast<std::size_t>(i)];
+    double g = o.kind == partition::RouterKind::kSoftmax ? s[i] * (d - sd) : d * s[i] * (1.0 - s[i]);
+    if (o.z_coef != 0.0) {
+      const double logit = r.logits[static_cast<std::size_t>(t * e + i)];
+      g += loss_scale * 2.0 * o.z_coef * lse * std::exp(logit - lse) / static_cast<double>(n);
+    }
+    dl[i] = static_cast<float>(g);
+  }
+}
+
+}  // namespace
+
 std::vector<float> router_backward(const Routing& r, std::span<const float> dweight, double loss_scale,
                                    const RouterOptions& o, const std::vector<bool>& token_mask) {
   const std::int64_t n = r.tokens, e = r.experts, k = r.top_k;
@@ -156,45 +218,9 @@ std::vector<float> router_backward(const Routing& r, std::span<const float> dwei
     if (!token_mask.empty() && !token_mask[static_cast<std::size_t>(t)]) continue;
     const double* s = r.scores.data() + t * e;
     std::fill(ds.begin(), ds.end(), 0.0);
-    // The routing weights: w_j = s_j (/ S).
-    double chosen = 0.0, dot = 0.0;
-    for (std::int64_t j = 0; j < k; ++j) {
-      const auto slot = static_cast<std::size_t>(t * k + j);
-      chosen += s[r.expert[slot]];
-      dot += static_cast<double>(dweight[slot]) * static_cast<double>(r.weight[slot]);
-    }
-    for (std::int64_t j = 0; j < k; ++j) {
-      const auto slot = static_cast<std::size_t>(t * k + j);
-      const double dw = dweight[slot];
-      ds[static_cast<std::size_t>(r.expert[slot])] += o.normalize ? (dw - dot) / chosen : dw;
-    }
-    // The aux loss: d/dq_e = aux_coef · E · f_e / N, q = s / Σ s (for softmax Σ s = 1).
-    double s_sum = 0.0;
-    for (std::int64_t i = 0; i < e; ++i) s_sum += s[i];
-    double q_dot = 0.0;
-    for (std::int64_t i = 0; i < e; ++i) {
-      dq[static_cast<std::size_t>(i)] = loss_scale * o.aux_coef * static_cast<double>(e) *
-                                        static_cast<double>(r.balance_counts[static_cast<std::size_t>(i)]) /
-                                        static_cast<double>(r.balance_tokens * k) / static_cast<double>(n);
-      q_dot += dq[static_cast<std::size_t>(i)] * s[i] / s_sum;
-    }
-    for (std::int64_t i = 0; i < e; ++i) ds[static_cast<std::size_t>(i)] += (dq[static_cast<std::size_t>(i)] - q_dot) / s_sum;
-    // Through the scores to the logits; the z loss: 2 · z_coef · lse · softmax / N.
-    const double lse = r.lse[static_cast<std::size_t>(t)];
-    double sd = 0.0;
-    if (o.kind == partition::RouterKind::kSoftmax) {
-      for (std::int64_t i = 0; i < e; ++i) sd += ds[static_cast<std::size_t>(i)] * s[i];
-    }
-    float* dl = out.data() + t * e;
-    for (std::int64_t i = 0; i < e; ++i) {
-      const double d = ds[static_cast<std::size_t>(i)];
-      double g = o.kind == partition::RouterKind::kSoftmax ? s[i] * (d - sd) : d * s[i] * (1.0 - s[i]);
-      if (o.z_coef != 0.0) {
-        const double logit = r.logits[static_cast<std::size_t>(t * e + i)];
-        g += loss_scale * 2.0 * o.z_coef * lse * std::exp(logit - lse) / static_cast<double>(n);
-      }
-      dl[i] = static_cast<float>(g);
-    }
+    add_weight_grads(r, t, dweight, s, o.normalize, ds);
+    add_aux_grads(r, s, loss_scale, o, dq, ds);
+    logit_grads(r, t, s, ds, loss_scale, o, out.data() + t * e);
   }
   return out;
 }

@@ -42,11 +42,16 @@ Blocks blocks_of(const std::vector<std::int64_t>& counts, const Tensor& plan_ten
   return blocks;
 }
 
+// The rows of one block (its groups' sum), and of all blocks.
+std::int64_t rows_of_groups(const std::vector<std::int64_t>& groups) {
+  std::int64_t n = 0;
+  for (std::int64_t g : groups) n += g;
+  return n;
+}
+
 std::int64_t rows_of_blocks(const Blocks& blocks) {
   std::int64_t n = 0;
-  for (const auto& [first, groups] : blocks) {
-    for (std::int64_t g : groups) n += g;
-  }
+  for (const auto& [first, groups] : blocks) n += rows_of_groups(groups);
   return n;
 }
 
@@ -244,8 +249,7 @@ void MoeMlp::grouped(Context& ctx, const Tensor& a, const Tensor& b, const Tenso
   options.trans_b = trans_b;
   options.beta = beta;
   for (const auto& [first, groups] : blocks) {
-    std::int64_t rows = 0;
-    for (std::int64_t g : groups) rows += g;
+    const std::int64_t rows = rows_of_groups(groups);
     if (rows > 0) ops::grouped_gemm(ctx, a.slice(first, first + rows), b, c.slice(first, first + rows), groups, options);
   }
 }
@@ -432,8 +436,7 @@ void MoeMlp::backward_weight(Stash& stash, Context& ctx) {
   // accumulator, layer.hpp Param::ep_size), else all into the grad in source order.
   for (std::size_t s = 0; s < blocks.size(); ++s) {
     const auto& [first, groups] = blocks[s];
-    std::int64_t rows = 0;
-    for (std::int64_t g : groups) rows += g;
+    const std::int64_t rows = rows_of_groups(groups);
     if (rows == 0) continue;
     const auto lane = [&](const Tensor& grad) {
       const bool lanes = blocks.size() > 1 && grad.dim(0) == static_cast<std::int64_t>(blocks.size()) * local_experts_;

@@ -41,76 +41,103 @@ void move_bias(layers::Param& bias, const std::vector<double>& counts, double ra
   ops::synchronize(ctx);  // `host` goes when this returns
 }
 
+// The vector every rank contributes to the step's one sum: per routed block `per` doubles (the expert counts [E],
+// aux loss, z loss, micro-batches, then under ep the rows and the bytes sent [source][destination], ep² each), then
+// two slots: this rank's all-to-all seconds (all blocks) and 1 for a contributing rank.
+struct PackedLayout {
+  std::size_t blocks, e, ep;
+  std::size_t moved() const { return ep > 1 ? 2 * ep * ep : 0; }
+  std::size_t per() const { return e + 3 + moved(); }
+  std::size_t size() const { return blocks * per() + 2; }
+  std::size_t count(std::size_t i, std::size_t x) const { return i * per() + x; }
+  std::size_t aux(std::size_t i) const { return i * per() + e; }
+  std::size_t z(std::size_t i) const { return i * per() + e + 1; }
+  std::size_t micro_batches(std::size_t i) const { return i * per() + e + 2; }
+  std::size_t rows(std::size_t i, std::size_t src, std::size_t d) const { return i * per() + e + 3 + src * ep + d; }
+  std::size_t bytes(std::size_t i, std::size_t src, std::size_t d) const { return rows(i, src, d) + ep * ep; }
+  std::size_t all_to_all_s() const { return blocks * per(); }
+  std::size_t contributors() const { return blocks * per() + 1; }
+};
+
+// This rank's contribution: its log of each block in `blocks` (zeros for a block it did not route).
+std::vector<double> pack_log(const layers::RouterLog& log, const std::vector<std::string>& blocks,
+                             const PackedLayout& at, std::size_t ep_rank) {
+  std::vector<double> v(at.size(), 0.0);
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const layers::BlockRouting* b = log.find(blocks[i]);
+    if (b == nullptr) continue;
+    for (std::size_t x = 0; x < b->counts.size() && x < at.e; ++x) {
+      v[at.count(i, x)] = static_cast<double>(b->counts[x]);
+    }
+    v[at.aux(i)] = b->aux_loss;
+    v[at.z(i)] = b->z_loss;
+    v[at.micro_batches(i)] = static_cast<double>(b->micro_batches);
+    for (std::size_t d = 0; at.moved() > 0 && d < b->sent_rows.size() && d < at.ep; ++d) {
+      v[at.rows(i, ep_rank, d)] = static_cast<double>(b->sent_rows[d]);
+      v[at.bytes(i, ep_rank, d)] = static_cast<double>(b->sent_bytes[d]);
+    }
+    v[at.all_to_all_s()] += b->all_to_all_s;
+  }
+  v[at.contributors()] = 1.0;
+  return v;
+}
+
+// The fields from the world's sum (metric names and meanings: router_metrics.hpp); none when nothing was routed.
+std::vector<std::pair<std::string, double>> metric_fields(const std::vector<double>& sum, const PackedLayout& at) {
+  double aux = 0, z = 0, imbalance = 0, micro = 0;
+  std::vector<double> tokens(at.e, 0.0);
+  for (std::size_t i = 0; i < at.blocks; ++i) {
+    double total = 0, most = 0;
+    for (std::size_t x = 0; x < at.e; ++x) {
+      const double c = sum[at.count(i, x)];
+      tokens[x] += c;
+      total += c;
+      most = std::max(most, c);
+    }
+    if (total > 0) imbalance += most * static_cast<double>(at.e) / total;
+    aux += sum[at.aux(i)];
+    z += sum[at.z(i)];
+    micro = std::max(micro, sum[at.micro_batches(i)]);
+  }
+  std::vector<std::pair<std::string, double>> out;
+  if (micro == 0) return out;  // nothing routed (no training step ran a backward)
+  out.emplace_back("moe_aux_loss", aux / micro);
+  if (z != 0) out.emplace_back("moe_z_loss", z / micro);
+  out.emplace_back("moe_load_imbalance", imbalance / static_cast<double>(at.blocks));
+  for (std::size_t x = 0; x < at.e; ++x) out.emplace_back(fmt::format("moe_tokens_e{}", x), tokens[x]);
+  for (std::size_t i = 0; at.moved() > 0 && i < at.blocks; ++i) {
+    for (std::size_t src = 0; src < at.ep; ++src) {
+      for (std::size_t d = 0; d < at.ep; ++d) {
+        out.emplace_back(fmt::format("moe_ep_rows_b{}_s{}_d{}", i, src, d), sum[at.rows(i, src, d)]);
+        out.emplace_back(fmt::format("moe_ep_bytes_b{}_s{}_d{}", i, src, d), sum[at.bytes(i, src, d)]);
+      }
+    }
+  }
+  if (at.moved() > 0 && sum[at.contributors()] > 0) {
+    out.emplace_back("moe_ep_all_to_all_ms", 1e3 * sum[at.all_to_all_s()] / sum[at.contributors()]);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, double>> RouterMetrics::finish(comm::Communicator& world, int tp_rank,
                                                                   const ops::Context& ctx, int ep_size,
                                                                   int ep_rank) {
   if (!active()) return {};
-  const std::size_t e = static_cast<std::size_t>(experts_), ep = static_cast<std::size_t>(ep_size);
-  const std::size_t moved = ep > 1 ? 2 * ep * ep : 0;  // rows then bytes, [source][destination]
-  const std::size_t per = e + 3 + moved;
-  // Two slots after the blocks: the all-to-all seconds of this rank (all blocks) and 1 for a contributing rank.
-  std::vector<double> v(blocks_.size() * per + 2, 0.0);
-  if (tp_rank == 0) {
-    for (std::size_t i = 0; i < blocks_.size(); ++i) {
-      const layers::BlockRouting* b = log_.find(blocks_[i]);
-      if (b == nullptr) continue;
-      for (std::size_t x = 0; x < b->counts.size() && x < e; ++x) v[i * per + x] = static_cast<double>(b->counts[x]);
-      v[i * per + e] = b->aux_loss;
-      v[i * per + e + 1] = b->z_loss;
-      v[i * per + e + 2] = static_cast<double>(b->micro_batches);
-      for (std::size_t d = 0; moved > 0 && d < b->sent_rows.size() && d < ep; ++d) {
-        const std::size_t at = i * per + e + 3 + static_cast<std::size_t>(ep_rank) * ep + d;
-        v[at] = static_cast<double>(b->sent_rows[d]);
-        v[at + ep * ep] = static_cast<double>(b->sent_bytes[d]);
-      }
-      v[blocks_.size() * per] += b->all_to_all_s;
-    }
-    v[blocks_.size() * per + 1] = 1.0;
-  }
-  const std::vector<double> sum = reduce_doubles(world, v, comm::ReduceOp::kSum);
-  double aux = 0, z = 0, imbalance = 0, micro = 0;
-  std::vector<double> tokens(e, 0.0);
-  for (std::size_t i = 0; i < blocks_.size(); ++i) {
-    double total = 0, most = 0;
-    for (std::size_t x = 0; x < e; ++x) {
-      const double c = sum[i * per + x];
-      tokens[x] += c;
-      total += c;
-      most = std::max(most, c);
-    }
-    if (total > 0) imbalance += most * static_cast<double>(e) / total;
-    aux += sum[i * per + e];
-    z += sum[i * per + e + 1];
-    micro = std::max(micro, sum[i * per + e + 2]);
-  }
+  const PackedLayout at{blocks_.size(), static_cast<std::size_t>(experts_), static_cast<std::size_t>(ep_size)};
+  const std::vector<double> mine = tp_rank == 0 ? pack_log(log_, blocks_, at, static_cast<std::size_t>(ep_rank))
+                                                : std::vector<double>(at.size(), 0.0);
+  const std::vector<double> sum = reduce_doubles(world, mine, comm::ReduceOp::kSum);
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     const layers::BlockRouting* b = log_.find(blocks_[i]);
     if (b == nullptr || b->bias == nullptr || b->bias_update_rate <= 0) continue;
-    move_bias(*b->bias, std::vector<double>(sum.begin() + static_cast<std::ptrdiff_t>(i * per),
-                                            sum.begin() + static_cast<std::ptrdiff_t>(i * per + e)),
+    move_bias(*b->bias,
+              std::vector<double>(sum.begin() + static_cast<std::ptrdiff_t>(at.count(i, 0)),
+                                  sum.begin() + static_cast<std::ptrdiff_t>(at.count(i, at.e))),
               b->bias_update_rate, ctx);
   }
-  std::vector<std::pair<std::string, double>> out;
-  if (micro == 0) return out;  // nothing routed (no training step ran a backward)
-  out.emplace_back("moe_aux_loss", aux / micro);
-  if (z != 0) out.emplace_back("moe_z_loss", z / micro);
-  out.emplace_back("moe_load_imbalance", imbalance / static_cast<double>(blocks_.size()));
-  for (std::size_t x = 0; x < e; ++x) out.emplace_back(fmt::format("moe_tokens_e{}", x), tokens[x]);
-  for (std::size_t i = 0; moved > 0 && i < blocks_.size(); ++i) {
-    for (std::size_t src = 0; src < ep; ++src) {
-      for (std::size_t d = 0; d < ep; ++d) {
-        const std::size_t at = i * per + e + 3 + src * ep + d;
-        out.emplace_back(fmt::format("moe_ep_rows_b{}_s{}_d{}", i, src, d), sum[at]);
-        out.emplace_back(fmt::format("moe_ep_bytes_b{}_s{}_d{}", i, src, d), sum[at + ep * ep]);
-      }
-    }
-  }
-  if (moved > 0 && sum[blocks_.size() * per + 1] > 0) {
-    out.emplace_back("moe_ep_all_to_all_ms", 1e3 * sum[blocks_.size() * per] / sum[blocks_.size() * per + 1]);
-  }
-  return out;
+  return metric_fields(sum, at);
 }
 
 std::string router_progress(const std::vector<std::pair<std::string, double>>& fields) {

@@ -102,12 +102,109 @@ Block load_block(const std::uint16_t* src, int64_t ld, int64_t rows, int64_t hd,
 void store_row(const float* f, float* dst, int64_t hd) { std::memcpy(dst, f, hd * sizeof(float)); }
 void store_row(const float* f, std::uint16_t* dst, int64_t hd) { cast_f32_to_bf16_serial(f, dst, hd); }
 
+// The forward's per-thread scratch, laid out as per_thread_floats counts it; the widened blocks are null for f32.
+struct ForwardScratch {
+  float* S;      // [bq, bk] scores, then probabilities
+  float* acc;    // [bq, hd] unnormalised output rows
+  float* m;      // [bq] row maxima
+  float* l;      // [bq] row sums
+  float* q_buf;  // bf16 only: widened Q [bq, hd], K and V [bk, hd]
+  float* k_buf;
+  float* v_buf;
+};
+ForwardScratch forward_scratch(float* base, int64_t bq, int64_t bk, int64_t hd, bool widen) {
+  ForwardScratch w{};
+  w.S = base;
+  w.acc = w.S + bq * bk;
+  w.m = w.acc + bq * hd;
+  w.l = w.m + bq;
+  w.q_buf = widen ? w.l + bq : nullptr;
+  w.k_buf = widen ? w.q_buf + bq * hd : nullptr;
+  w.v_buf = widen ? w.k_buf + bk * hd : nullptr;
+  return w;
+}
+
+// The online-softmax update of one key block [kb, kb + cols) for query rows p_first..p_first + rows - 1: S's
+// visible entries become exp(S - m_new), the rest exact zeros; l and m move to the new maxima, acc is rescaled.
+void online_softmax_block(const FlashAttentionShape& s, int64_t p_first, int64_t rows, int64_t kb, int64_t cols,
+                          int64_t bk, const ForwardScratch& w) {
+  const int64_t hd = s.head_dim;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* srow = w.S + r * bk;
+    const int64_t pi = p_first + r;
+    const int64_t a = std::clamp<int64_t>(key_lo(s, pi) - kb, 0, cols);
+    const int64_t e = std::clamp<int64_t>(key_hi(s, pi) - kb, 0, cols);
+    if (a >= e) {
+      std::fill(srow, srow + cols, 0.0f);
+      continue;
+    }
+    const float m_new = std::max(w.m[r], detail::max_of(srow + a, e - a));
+    const float alpha = w.m[r] == kNegInf ? 0.0f : detail::exp_scalar(w.m[r] - m_new);
+    const float sum = detail::exp_store_sum(srow + a, m_new, srow + a, e - a);
+    std::fill(srow, srow + a, 0.0f);
+    std::fill(srow + e, srow + cols, 0.0f);
+    w.l[r] = w.l[r] * alpha + sum;
+    w.m[r] = m_new;
+    if (alpha != 1.0f) {
+      float* arow = w.acc + r * hd;
+#pragma omp simd
+      for (int64_t d = 0; d < hd; ++d) arow[d] *= alpha;
+    }
+  }
+}
+
+// Rows with a visible key: out = acc / l and lse = m + log l; rows with none: out 0 and lse -inf.
+template <class T>
+void store_forward_rows(const FlashAttentionShape& s, const ForwardScratch& w, int64_t rows, float* lse_rows,
+                        T* out_rows) {
+  const int64_t hd = s.head_dim;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* arow = w.acc + r * hd;
+    if (w.l[r] > 0.0f) {
+      const float inv = 1.0f / w.l[r];
+#pragma omp simd
+      for (int64_t d = 0; d < hd; ++d) arow[d] *= inv;
+      lse_rows[r] = w.m[r] + std::log(w.l[r]);
+    } else {
+      std::fill(arow, arow + hd, 0.0f);
+      lse_rows[r] = kNegInf;
+    }
+    store_row(arow, out_rows + r * s.ld_o, hd);
+  }
+}
+
+// One forward task: query block qb of head h in batch b, over every key block its rows see.
+template <class T>
+void forward_task(const T* q, const T* k, const T* v, T* out, float* lse, const FlashAttentionShape& s, int64_t b,
+                  int64_t h, int64_t qb, const ForwardScratch& w) {
+  const int64_t hd = s.head_dim, group = s.q_heads / s.kv_heads, g = h / group;
+  const int64_t bq = block_q(s), bk = block_k(s);
+  const int64_t i0 = qb * bq, rows = std::min(bq, s.q_len - i0);
+  const Block qh = load_block(q + (b * s.q_len + i0) * s.ld_q + h * hd, s.ld_q, rows, hd, w.q_buf);
+  const T* kg = k + b * s.kv_len * s.ld_k + g * hd;
+  const T* vg = v + b * s.kv_len * s.ld_v + g * hd;
+  std::fill(w.acc, w.acc + rows * hd, 0.0f);
+  std::fill(w.m, w.m + rows, kNegInf);
+  std::fill(w.l, w.l + rows, 0.0f);
+  const int64_t p_first = s.q_offset + i0, p_last = p_first + rows - 1;
+  const int64_t j_begin = key_lo(s, p_first), j_end = key_hi(s, p_last);
+  for (int64_t kb = j_begin; kb < j_end; kb += bk) {
+    const int64_t cols = std::min(bk, j_end - kb);
+    const Block kt = load_block(kg + kb * s.ld_k, s.ld_k, cols, hd, w.k_buf);
+    single_gemm(false, true, rows, cols, hd, s.scale, qh.p, qh.ld, kt.p, kt.ld, 0.0f, w.S, bk);
+    online_softmax_block(s, p_first, rows, kb, cols, bk, w);
+    const Block vt = load_block(vg + kb * s.ld_v, s.ld_v, cols, hd, w.v_buf);
+    single_gemm(false, false, rows, hd, cols, 1.0f, w.S, bk, vt.p, vt.ld, 1.0f, w.acc, hd);
+  }
+  store_forward_rows(s, w, rows, lse + (b * s.q_heads + h) * s.q_len + i0, out + (b * s.q_len + i0) * s.ld_o + h * hd);
+}
+
 template <class T>
 void forward(const T* q, const T* k, const T* v, T* out, float* lse, const FlashAttentionShape& s, float* workspace,
              int threads) {
   constexpr bool kWiden = std::is_same_v<T, std::uint16_t>;
   check_shape("flash_attention_forward", s);
-  const int64_t hd = s.head_dim, group = s.q_heads / s.kv_heads;
+  const int64_t hd = s.head_dim;
   const int64_t bq = block_q(s), bk = block_k(s);
   const int64_t q_blocks = (s.q_len + bq - 1) / bq;
   const int64_t tasks = s.batch * s.q_heads * q_blocks;
@@ -115,71 +212,229 @@ void forward(const T* q, const T* k, const T* v, T* out, float* lse, const Flash
   const bool parallel = tasks > 1 && detail::worth_parallel(s.q_len * s.kv_len * hd * s.batch * s.q_heads / 2);
 #pragma omp parallel num_threads(std::max(threads, 1)) if (parallel)
   {
-    float* S = workspace + omp_get_thread_num() * scratch;
-    float* acc = S + bq * bk;
-    float* m = acc + bq * hd;
-    float* l = m + bq;
-    float* q_buf = kWiden ? l + bq : nullptr;
-    float* k_buf = kWiden ? q_buf + bq * hd : nullptr;
-    float* v_buf = kWiden ? k_buf + bk * hd : nullptr;
+    const ForwardScratch w = forward_scratch(workspace + omp_get_thread_num() * scratch, bq, bk, hd, kWiden);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t qb = task % q_blocks, h = (task / q_blocks) % s.q_heads, b = task / (q_blocks * s.q_heads);
-      const int64_t g = h / group;
-      const int64_t i0 = qb * bq, rows = std::min(bq, s.q_len - i0);
-      const Block qh = load_block(q + (b * s.q_len + i0) * s.ld_q + h * hd, s.ld_q, rows, hd, q_buf);
-      const T* kg = k + b * s.kv_len * s.ld_k + g * hd;
-      const T* vg = v + b * s.kv_len * s.ld_v + g * hd;
-      std::fill(acc, acc + rows * hd, 0.0f);
-      std::fill(m, m + rows, kNegInf);
-      std::fill(l, l + rows, 0.0f);
-      const int64_t p_first = s.q_offset + i0, p_last = p_first + rows - 1;
-      const int64_t j_begin = key_lo(s, p_first), j_end = key_hi(s, p_last);
-      for (int64_t kb = j_begin; kb < j_end; kb += bk) {
-        const int64_t cols = std::min(bk, j_end - kb);
-        const Block kt = load_block(kg + kb * s.ld_k, s.ld_k, cols, hd, k_buf);
-        single_gemm(false, true, rows, cols, hd, s.scale, qh.p, qh.ld, kt.p, kt.ld, 0.0f, S, bk);
-        for (int64_t r = 0; r < rows; ++r) {
-          float* srow = S + r * bk;
-          const int64_t pi = p_first + r;
-          const int64_t a = std::clamp<int64_t>(key_lo(s, pi) - kb, 0, cols);
-          const int64_t e = std::clamp<int64_t>(key_hi(s, pi) - kb, 0, cols);
-          if (a >= e) {
-            std::fill(srow, srow + cols, 0.0f);
-            continue;
-          }
-          const float m_new = std::max(m[r], detail::max_of(srow + a, e - a));
-          const float alpha = m[r] == kNegInf ? 0.0f : detail::exp_scalar(m[r] - m_new);
-          const float sum = detail::exp_store_sum(srow + a, m_new, srow + a, e - a);
-          std::fill(srow, srow + a, 0.0f);
-          std::fill(srow + e, srow + cols, 0.0f);
-          l[r] = l[r] * alpha + sum;
-          m[r] = m_new;
-          if (alpha != 1.0f) {
-            float* arow = acc + r * hd;
-#pragma omp simd
-            for (int64_t d = 0; d < hd; ++d) arow[d] *= alpha;
-          }
-        }
-        const Block vt = load_block(vg + kb * s.ld_v, s.ld_v, cols, hd, v_buf);
-        single_gemm(false, false, rows, hd, cols, 1.0f, S, bk, vt.p, vt.ld, 1.0f, acc, hd);
-      }
-      for (int64_t r = 0; r < rows; ++r) {
-        float* arow = acc + r * hd;
-        float* lrow = lse + (b * s.q_heads + h) * s.q_len + i0 + r;
-        if (l[r] > 0.0f) {
-          const float inv = 1.0f / l[r];
-#pragma omp simd
-          for (int64_t d = 0; d < hd; ++d) arow[d] *= inv;
-          *lrow = m[r] + std::log(l[r]);
+      forward_task(q, k, v, out, lse, s, b, h, qb, w);
+    }
+  }
+}
+
+// The backward's per-thread scratch, laid out as per_thread_floats counts it; the widened blocks are null for f32.
+struct BackwardScratch {
+  float* P;       // [bq, bk] recomputed probabilities
+  float* dP;      // [bq, bk] dP, then dS in place
+  float* D;       // [bq] rowsum(dO * O)
+  float* dk_acc;  // [bk, hd] the key block's dK, summed over the group's heads
+  float* dv_acc;  // [bk, hd] the key block's dV
+  float* q_buf;   // bf16 only: widened Q, dO and O [bq, hd], K and V [bk, hd]
+  float* do_buf;
+  float* o_buf;
+  float* k_buf;
+  float* v_buf;
+  float* dq_buf;   // bf16 only: [group, q_len, hd], the group's dQ in f32 until the task ends
+  float* row_buf;  // bf16 only: [hd], one widened dK or dV row
+};
+BackwardScratch backward_scratch(float* base, const FlashAttentionShape& s, bool widen) {
+  const int64_t bq = block_q(s), bk = block_k(s), hd = s.head_dim, group = s.q_heads / s.kv_heads;
+  BackwardScratch w{};
+  w.P = base;
+  w.dP = w.P + bq * bk;
+  w.D = w.dP + bq * bk;
+  w.dk_acc = w.D + bq;
+  w.dv_acc = w.dk_acc + bk * hd;
+  w.q_buf = widen ? w.dv_acc + bk * hd : nullptr;
+  w.do_buf = widen ? w.q_buf + bq * hd : nullptr;
+  w.o_buf = widen ? w.do_buf + bq * hd : nullptr;
+  w.k_buf = widen ? w.o_buf + bq * hd : nullptr;
+  w.v_buf = widen ? w.k_buf + bk * hd : nullptr;
+  w.dq_buf = widen ? w.v_buf + bk * hd : nullptr;
+  w.row_buf = widen ? w.dq_buf + group * s.q_len * hd : nullptr;
+  return w;
+}
+
+// The dQ rows of kv group g in batch b before the key blocks add into them: zeroed, or (accumulate) kept; for bf16
+// the f32 copies in dq_buf, widened from the tensor when accumulating.
+template <class T>
+void start_group_dq(T* dq, const FlashAttentionShape& s, int64_t b, int64_t g, bool accumulate,
+                    const BackwardScratch& w) {
+  const int64_t hd = s.head_dim, group = s.q_heads / s.kv_heads;
+  for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+    T* dq_rows = dq + b * s.q_len * s.ld_q + h * hd;
+    for (int64_t i = 0; i < s.q_len; ++i) {
+      if constexpr (std::is_same_v<T, std::uint16_t>) {
+        float* acc_row = w.dq_buf + ((h - g * group) * s.q_len + i) * hd;
+        if (accumulate) {
+          cast_bf16_to_f32_serial(dq_rows + i * s.ld_q, acc_row, hd);
         } else {
-          std::fill(arow, arow + hd, 0.0f);
-          *lrow = kNegInf;
+          std::fill_n(acc_row, hd, 0.0f);
         }
-        store_row(arow, out + (b * s.q_len + i0 + r) * s.ld_o + h * hd, hd);
+      } else if (!accumulate) {
+        std::fill_n(dq_rows + i * s.ld_q, hd, 0.0f);
       }
     }
   }
+}
+
+// bf16: the group's f32 dQ narrowed into the tensor once, as the task ends.
+void finish_group_dq(std::uint16_t* dq, const FlashAttentionShape& s, int64_t b, int64_t g, const BackwardScratch& w) {
+  const int64_t hd = s.head_dim, group = s.q_heads / s.kv_heads;
+  for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+    for (int64_t i = 0; i < s.q_len; ++i) {
+      cast_f32_to_bf16_serial(w.dq_buf + ((h - g * group) * s.q_len + i) * hd,
+                              dq + (b * s.q_len + i) * s.ld_q + h * hd, hd);
+    }
+  }
+}
+void finish_group_dq(float*, const FlashAttentionShape&, int64_t, int64_t, const BackwardScratch&) {}
+
+// D = rowsum(dO * O), recomputed per block (rows x hd, against the block's 5 rows x cols x hd GEMMs).
+void output_dots(const Block& oi, const Block& doi, int64_t rows, int64_t hd, float* D) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* o = oi.p + r * oi.ld;
+    const float* d_o = doi.p + r * doi.ld;
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t d = 0; d < hd; ++d) dot += o[d] * d_o[d];
+    D[r] = dot;
+  }
+}
+
+// P = exp(S - lse) in place over S for the visible keys of rows i0.. of key block [kb, kb + cols); exact zeros for
+// the masked ones and for rows that see no key at all (lse -inf).
+void recompute_probabilities(const FlashAttentionShape& s, const float* lse_h, int64_t i0, int64_t rows, int64_t kb,
+                             int64_t cols, int64_t bk, float* P) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* prow = P + r * bk;
+    const int64_t pi = s.q_offset + i0 + r;
+    const float L = lse_h[i0 + r];
+    const int64_t a = std::clamp<int64_t>(key_lo(s, pi) - kb, 0, cols);
+    const int64_t e = std::clamp<int64_t>(key_hi(s, pi) - kb, 0, cols);
+    if (a >= e || L == kNegInf) {
+      std::fill(prow, prow + cols, 0.0f);
+      continue;
+    }
+    detail::exp_store_sum(prow + a, L, prow + a, e - a);
+    std::fill(prow, prow + a, 0.0f);
+    std::fill(prow + e, prow + cols, 0.0f);
+  }
+}
+
+// dS = P (dP - D) scale, in place over dP.
+void scores_grad(const float* P, const float* D, int64_t rows, int64_t cols, int64_t bk, float scale, float* dP) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* prow = P + r * bk;
+    float* dsrow = dP + r * bk;
+    const float Di = D[r];
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) dsrow[j] = prow[j] * (dsrow[j] - Di) * scale;
+  }
+}
+
+// One key block [kb, kb + cols) of kv group g as the query heads see it: its K and V blocks (f32) and the query
+// rows [i_begin, i_end) that see at least one of its keys.
+struct KeyBlock {
+  int64_t kb, cols;
+  Block kt, vt;
+  int64_t i_begin, i_end;
+};
+
+// Query head h's share of a key block: per query block the four GEMMs, into dK and dV's block sums and dQ's rows.
+template <class T>
+void backward_head_on_key_block(const T* q, const T* out, const float* lse, const T* dout, T* dq,
+                                const FlashAttentionShape& s, int64_t b, int64_t g, int64_t h, const KeyBlock& kblk,
+                                const BackwardScratch& w) {
+  const int64_t hd = s.head_dim, group = s.q_heads / s.kv_heads;
+  const int64_t bq = block_q(s), bk = block_k(s), cols = kblk.cols;
+  const T* qh = q + b * s.q_len * s.ld_q + h * hd;
+  const T* doh = dout + b * s.q_len * s.ld_o + h * hd;
+  const T* oh = out + b * s.q_len * s.ld_o + h * hd;
+  float* dqh = nullptr;  // this head's dQ rows in f32: the tensor itself, or the task's dq_buf
+  int64_t ld_dq = 0;
+  if constexpr (std::is_same_v<T, std::uint16_t>) {
+    dqh = w.dq_buf + (h - g * group) * s.q_len * hd;
+    ld_dq = hd;
+  } else {
+    dqh = dq + b * s.q_len * s.ld_q + h * hd;
+    ld_dq = s.ld_q;
+  }
+  const float* lse_h = lse + (b * s.q_heads + h) * s.q_len;
+  for (int64_t i0 = kblk.i_begin; i0 < kblk.i_end; i0 += bq) {
+    const int64_t rows = std::min(bq, kblk.i_end - i0);
+    const Block qi = load_block(qh + i0 * s.ld_q, s.ld_q, rows, hd, w.q_buf);
+    const Block doi = load_block(doh + i0 * s.ld_o, s.ld_o, rows, hd, w.do_buf);
+    const Block oi = load_block(oh + i0 * s.ld_o, s.ld_o, rows, hd, w.o_buf);
+    output_dots(oi, doi, rows, hd, w.D);
+    single_gemm(false, true, rows, cols, hd, s.scale, qi.p, qi.ld, kblk.kt.p, kblk.kt.ld, 0.0f, w.P, bk);
+    recompute_probabilities(s, lse_h, i0, rows, kblk.kb, cols, bk, w.P);
+    single_gemm(true, false, cols, hd, rows, 1.0f, w.P, bk, doi.p, doi.ld, 1.0f, w.dv_acc, hd);
+    single_gemm(false, true, rows, cols, hd, 1.0f, doi.p, doi.ld, kblk.vt.p, kblk.vt.ld, 0.0f, w.dP, bk);
+    scores_grad(w.P, w.D, rows, cols, bk, s.scale, w.dP);
+    single_gemm(false, false, rows, hd, cols, 1.0f, w.dP, bk, kblk.kt.p, kblk.kt.ld, 1.0f, dqh + i0 * ld_dq, ld_dq);
+    single_gemm(true, false, cols, hd, rows, 1.0f, w.dP, bk, qi.p, qi.ld, 1.0f, w.dk_acc, hd);
+  }
+}
+
+// The key block's summed dK and dV rows into the tensors: stored, or (accumulate) added to what they hold.
+template <class T>
+void store_key_block_grads(T* dk, T* dv, const FlashAttentionShape& s, int64_t b, int64_t g, int64_t kb,
+                           int64_t cols, bool accumulate, const BackwardScratch& w) {
+  const int64_t hd = s.head_dim;
+  for (int64_t j = 0; j < cols; ++j) {
+    T* dkrow = dk + (b * s.kv_len + kb + j) * s.ld_k + g * hd;
+    T* dvrow = dv + (b * s.kv_len + kb + j) * s.ld_v + g * hd;
+    const float* ka = w.dk_acc + j * hd;
+    const float* va = w.dv_acc + j * hd;
+    if constexpr (std::is_same_v<T, std::uint16_t>) {
+      // The f32 path's `dk += dk_acc` on the widened row, narrowed once (as a whole-tensor f32 view would).
+      for (auto [row, add] : {std::pair<T*, const float*>{dkrow, ka}, {dvrow, va}}) {
+        if (!accumulate) {
+          cast_f32_to_bf16_serial(add, row, hd);
+          continue;
+        }
+        cast_bf16_to_f32_serial(row, w.row_buf, hd);
+#pragma omp simd
+        for (int64_t d = 0; d < hd; ++d) w.row_buf[d] += add[d];
+        cast_f32_to_bf16_serial(w.row_buf, row, hd);
+      }
+    } else if (accumulate) {
+#pragma omp simd
+      for (int64_t d = 0; d < hd; ++d) {
+        dkrow[d] += ka[d];
+        dvrow[d] += va[d];
+      }
+    } else {
+      store_row(ka, dkrow, hd);
+      store_row(va, dvrow, hd);
+    }
+  }
+}
+
+// One backward task: kv group g of batch b, key block by key block; dQ of the group's heads has this single writer.
+template <class T>
+void backward_task(const T* q, const T* k, const T* v, const T* out, const float* lse, const T* dout, T* dq, T* dk,
+                   T* dv, const FlashAttentionShape& s, bool accumulate, int64_t b, int64_t g,
+                   const BackwardScratch& w) {
+  const int64_t hd = s.head_dim, group = s.q_heads / s.kv_heads, bk = block_k(s);
+  const T* kg = k + b * s.kv_len * s.ld_k + g * hd;
+  const T* vg = v + b * s.kv_len * s.ld_v + g * hd;
+  start_group_dq(dq, s, b, g, accumulate, w);
+  for (int64_t kb = 0; kb < s.kv_len; kb += bk) {
+    KeyBlock kblk{kb, std::min(bk, s.kv_len - kb), {nullptr, 0}, {nullptr, 0}, 0, 0};
+    std::fill(w.dk_acc, w.dk_acc + kblk.cols * hd, 0.0f);
+    std::fill(w.dv_acc, w.dv_acc + kblk.cols * hd, 0.0f);
+    query_range(s, kb, kb + kblk.cols, kblk.i_begin, kblk.i_end);
+    if (kblk.i_begin < kblk.i_end) {
+      kblk.kt = load_block(kg + kb * s.ld_k, s.ld_k, kblk.cols, hd, w.k_buf);
+      kblk.vt = load_block(vg + kb * s.ld_v, s.ld_v, kblk.cols, hd, w.v_buf);
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        backward_head_on_key_block(q, out, lse, dout, dq, s, b, g, h, kblk, w);
+      }
+    }
+    store_key_block_grads(dk, dv, s, b, g, kb, kblk.cols, accumulate, w);
+  }
+  finish_group_dq(dq, s, b, g, w);
 }
 
 template <class T>
@@ -187,151 +442,16 @@ void backward(const T* q, const T* k, const T* v, const T* out, const float* lse
               const FlashAttentionShape& s, bool accumulate, float* workspace, int threads) {
   constexpr bool kWiden = std::is_same_v<T, std::uint16_t>;
   check_shape("flash_attention_backward", s);
-  const int64_t hd = s.head_dim, group = s.q_heads / s.kv_heads;
-  const int nt = std::max(threads, 1);
-  const int64_t bq = block_q(s), bk = block_k(s);
   const int64_t tasks = s.batch * s.kv_heads;
   const int64_t scratch = per_thread_floats(s, kWiden);
-  const bool parallel = tasks > 1 && detail::worth_parallel(s.q_len * s.kv_len * hd * s.batch * s.q_heads / 2);
-#pragma omp parallel num_threads(nt) if (parallel)
+  const bool parallel =
+      tasks > 1 && detail::worth_parallel(s.q_len * s.kv_len * s.head_dim * s.batch * s.q_heads / 2);
+#pragma omp parallel num_threads(std::max(threads, 1)) if (parallel)
   {
-    float* P = workspace + omp_get_thread_num() * scratch;
-    float* dP = P + bq * bk;
-    float* D = dP + bq * bk;
-    float* dk_acc = D + bq;
-    float* dv_acc = dk_acc + bk * hd;
-    float* q_buf = kWiden ? dv_acc + bk * hd : nullptr;
-    float* do_buf = kWiden ? q_buf + bq * hd : nullptr;
-    float* o_buf = kWiden ? do_buf + bq * hd : nullptr;
-    float* k_buf = kWiden ? o_buf + bq * hd : nullptr;
-    float* v_buf = kWiden ? k_buf + bk * hd : nullptr;
-    float* dq_buf = kWiden ? v_buf + bk * hd : nullptr;  // [group, q_len, hd]: the group's dQ until the task ends
-    float* row_buf = kWiden ? dq_buf + group * s.q_len * hd : nullptr;
+    const BackwardScratch w = backward_scratch(workspace + omp_get_thread_num() * scratch, s, kWiden);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
-      const int64_t g = task % s.kv_heads, b = task / s.kv_heads;
-      const T* kg = k + b * s.kv_len * s.ld_k + g * hd;
-      const T* vg = v + b * s.kv_len * s.ld_v + g * hd;
-      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        T* dq_rows = dq + b * s.q_len * s.ld_q + h * hd;
-        for (int64_t i = 0; i < s.q_len; ++i) {
-          if constexpr (kWiden) {
-            float* acc_row = dq_buf + ((h - g * group) * s.q_len + i) * hd;
-            if (accumulate) {
-              cast_bf16_to_f32_serial(dq_rows + i * s.ld_q, acc_row, hd);
-            } else {
-              std::fill_n(acc_row, hd, 0.0f);
-            }
-          } else if (!accumulate) {
-            std::fill_n(dq_rows + i * s.ld_q, hd, 0.0f);
-          }
-        }
-      }
-      for (int64_t kb = 0; kb < s.kv_len; kb += bk) {
-        const int64_t cols = std::min(bk, s.kv_len - kb);
-        std::fill(dk_acc, dk_acc + cols * hd, 0.0f);
-        std::fill(dv_acc, dv_acc + cols * hd, 0.0f);
-        int64_t i_begin = 0, i_end = 0;
-        query_range(s, kb, kb + cols, i_begin, i_end);
-        Block kt{nullptr, 0}, vt{nullptr, 0};
-        if (i_begin < i_end) {
-          kt = load_block(kg + kb * s.ld_k, s.ld_k, cols, hd, k_buf);
-          vt = load_block(vg + kb * s.ld_v, s.ld_v, cols, hd, v_buf);
-        }
-        for (int64_t h = g * group; h < (g + 1) * group && i_begin < i_end; ++h) {
-          const T* qh = q + b * s.q_len * s.ld_q + h * hd;
-          const T* doh = dout + b * s.q_len * s.ld_o + h * hd;
-          const T* oh = out + b * s.q_len * s.ld_o + h * hd;
-          float* dqh = nullptr;  // this head's dQ rows in f32: the tensor itself, or the task's dq_buf
-          int64_t ld_dq = 0;
-          if constexpr (kWiden) {
-            dqh = dq_buf + (h - g * group) * s.q_len * hd;
-            ld_dq = hd;
-          } else {
-            dqh = dq + b * s.q_len * s.ld_q + h * hd;
-            ld_dq = s.ld_q;
-          }
-          const float* lse_h = lse + (b * s.q_heads + h) * s.q_len;
-          for (int64_t i0 = i_begin; i0 < i_end; i0 += bq) {
-            const int64_t rows = std::min(bq, i_end - i0);
-            const Block qi = load_block(qh + i0 * s.ld_q, s.ld_q, rows, hd, q_buf);
-            const Block doi = load_block(doh + i0 * s.ld_o, s.ld_o, rows, hd, do_buf);
-            const Block oi = load_block(oh + i0 * s.ld_o, s.ld_o, rows, hd, o_buf);
-            // D = rowsum(dO * O), recomputed per block (rows x hd, against the block's 5 rows x cols x hd GEMMs).
-            for (int64_t r = 0; r < rows; ++r) {
-              const float* o = oi.p + r * oi.ld;
-              const float* d_o = doi.p + r * doi.ld;
-              float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-              for (int64_t d = 0; d < hd; ++d) dot += o[d] * d_o[d];
-              D[r] = dot;
-            }
-            single_gemm(false, true, rows, cols, hd, s.scale, qi.p, qi.ld, kt.p, kt.ld, 0.0f, P, bk);
-            for (int64_t r = 0; r < rows; ++r) {
-              float* prow = P + r * bk;
-              const int64_t pi = s.q_offset + i0 + r;
-              const float L = lse_h[i0 + r];
-              const int64_t a = std::clamp<int64_t>(key_lo(s, pi) - kb, 0, cols);
-              const int64_t e = std::clamp<int64_t>(key_hi(s, pi) - kb, 0, cols);
-              if (a >= e || L == kNegInf) {
-                std::fill(prow, prow + cols, 0.0f);
-                continue;
-              }
-              detail::exp_store_sum(prow + a, L, prow + a, e - a);
-              std::fill(prow, prow + a, 0.0f);
-              std::fill(prow + e, prow + cols, 0.0f);
-            }
-            single_gemm(true, false, cols, hd, rows, 1.0f, P, bk, doi.p, doi.ld, 1.0f, dv_acc, hd);
-            single_gemm(false, true, rows, cols, hd, 1.0f, doi.p, doi.ld, vt.p, vt.ld, 0.0f, dP, bk);
-            for (int64_t r = 0; r < rows; ++r) {
-              const float* prow = P + r * bk;
-              float* dsrow = dP + r * bk;
-              const float Di = D[r];
-              const float scale = s.scale;
-#pragma omp simd
-              for (int64_t j = 0; j < cols; ++j) dsrow[j] = prow[j] * (dsrow[j] - Di) * scale;
-            }
-            single_gemm(false, false, rows, hd, cols, 1.0f, dP, bk, kt.p, kt.ld, 1.0f, dqh + i0 * ld_dq, ld_dq);
-            single_gemm(true, false, cols, hd, rows, 1.0f, dP, bk, qi.p, qi.ld, 1.0f, dk_acc, hd);
-          }
-        }
-        for (int64_t j = 0; j < cols; ++j) {
-          T* dkrow = dk + (b * s.kv_len + kb + j) * s.ld_k + g * hd;
-          T* dvrow = dv + (b * s.kv_len + kb + j) * s.ld_v + g * hd;
-          const float* ka = dk_acc + j * hd;
-          const float* va = dv_acc + j * hd;
-          if constexpr (kWiden) {
-            // The f32 path's `dk += dk_acc` on the widened row, narrowed once (as a whole-tensor f32 view would).
-            for (auto [row, add] : {std::pair<T*, const float*>{dkrow, ka}, {dvrow, va}}) {
-              if (!accumulate) {
-                cast_f32_to_bf16_serial(add, row, hd);
-                continue;
-              }
-              cast_bf16_to_f32_serial(row, row_buf, hd);
-#pragma omp simd
-              for (int64_t d = 0; d < hd; ++d) row_buf[d] += add[d];
-              cast_f32_to_bf16_serial(row_buf, row, hd);
-            }
-          } else if (accumulate) {
-#pragma omp simd
-            for (int64_t d = 0; d < hd; ++d) {
-              dkrow[d] += ka[d];
-              dvrow[d] += va[d];
-            }
-          } else {
-            store_row(ka, dkrow, hd);
-            store_row(va, dvrow, hd);
-          }
-        }
-      }
-      if constexpr (kWiden) {
-        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-          for (int64_t i = 0; i < s.q_len; ++i) {
-            cast_f32_to_bf16_serial(dq_buf + ((h - g * group) * s.q_len + i) * hd,
-                                    dq + (b * s.q_len + i) * s.ld_q + h * hd, hd);
-          }
-        }
-      }
+      backward_task(q, k, v, out, lse, dout, dq, dk, dv, s, accumulate, task / s.kv_heads, task % s.kv_heads, w);
     }
   }
 }

@@ -9,6 +9,7 @@
 #include "kernels/ops/ops.hpp"
 #include "layers/comm_wait.hpp"
 #include "layers/layer_util.hpp"
+#include "layers/moe/all_to_all_timer.hpp"
 #include "layers/moe/balance_exchange.hpp"
 #include "layers/moe/expert_dispatch.hpp"
 #include "layers/moe/forced_routing.hpp"
@@ -41,11 +42,16 @@ Blocks blocks_of(const std::vector<std::int64_t>& counts, const Tensor& plan_ten
   return blocks;
 }
 
+// The rows of one block (its groups' sum), and of all blocks.
+std::int64_t rows_of_groups(const std::vector<std::int64_t>& groups) {
+  std::int64_t n = 0;
+  for (std::int64_t g : groups) n += g;
+  return n;
+}
+
 std::int64_t rows_of_blocks(const Blocks& blocks) {
   std::int64_t n = 0;
-  for (const auto& [first, groups] : blocks) {
-    for (std::int64_t g : groups) n += g;
-  }
+  for (const auto& [first, groups] : blocks) n += rows_of_groups(groups);
   return n;
 }
 
@@ -74,31 +80,28 @@ Tensor upload_async(const Context& ctx, const std::vector<T>& values, const Shap
   return device;
 }
 
-// Adds the wall time of the all-to-all in its scope to the run's router log (moe_ep_all_to_all_ms, the imbalance
-// benchmark's measured figure); nothing when the run keeps no log. Time the rank spent on a paired micro-batch
-// while this one's exchange was in flight (an overlapped F&B pair, comm_wait.hpp) is not counted: the figure is
-// the exposed all-to-all time.
-class AllToAllTimer {
- public:
-  AllToAllTimer(const Context& ctx, const std::string& block)
-      : ctx_(ctx), log_(ctx.router_log), block_(block), start_(std::chrono::steady_clock::now()),
-        handed_off_(seconds_handed_off(ctx)) {}
-  ~AllToAllTimer() {
-    if (log_ != nullptr) {
-      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-      log_->add_all_to_all_time(block_, wall - (seconds_handed_off(ctx_) - handed_off_));
-    }
-  }
-  AllToAllTimer(const AllToAllTimer&) = delete;
-  AllToAllTimer& operator=(const AllToAllTimer&) = delete;
-
- private:
-  const Context& ctx_;
-  RouterLog* log_;
-  const std::string& block_;
-  std::chrono::steady_clock::time_point start_;
-  double handed_off_;
+// The routing's index and weight tensors on ctx.device (upload_async), with the four host staging tensors they were
+// copied from (empty slots where none is kept). A forward no backward follows (recomputation's first,
+// evaluation's) keeps no stash to hold the staging in: one wait here for the four copies instead (counted on the
+// CPU too, which counts what a GPU waits).
+struct RoutingTensors {
+  Tensor row_token, token_row, weight, row_weight;
+  std::vector<Tensor> staging;
 };
+RoutingTensors upload_routing(const Context& ctx, const Routing& routing, bool backward_follows) {
+  const std::int64_t n = routing.tokens, k = routing.top_k, r = n * k;
+  RoutingTensors t;
+  t.row_token = upload_async(ctx, routing.row_token, Shape{r}, DType::kI32, t.staging);
+  t.token_row = upload_async(ctx, routing.token_row, Shape{n, k}, DType::kI32, t.staging);
+  t.weight = upload_async(ctx, routing.weight, Shape{n, k}, DType::kF32, t.staging);
+  t.row_weight = upload_async(ctx, routing.row_weight, Shape{r}, DType::kF32, t.staging);
+  if (!backward_follows) {
+    ops::synchronize(ctx);
+    t.staging.clear();
+  }
+  t.staging.resize(4);  // empty slots on the CPU (without a staging allocator) and after the wait above
+  return t;
+}
 
 std::vector<float> download(const Context& ctx, const Tensor& t) { return ops::to_host(ctx, t).to_floats(); }
 
@@ -162,6 +165,24 @@ void apply_balance(Routing& routing, const Stash& stash, const RouterOptions& ro
 }
 
 Tensor rows_of(const Tensor& t) { return t.view(Shape{t.numel() / t.shape().last(), t.shape().last()}); }
+
+// Under ep: dispatch_rows or combine_rows inside the all-to-all timers (the router log's exposed all-to-all time and
+// --explain's expert_all_to_all row).
+Tensor timed_exchange(Tensor (*exchange)(const Tensor&, const DispatchPlan&, Context&), const Tensor& rows,
+                      const Tensor& plan_tensor, const std::string& block, Context& ctx) {
+  const AllToAllTimer timer(ctx, block);
+  const CommWaitTimer wait_timer(ctx, CommKind::kExpertAllToAll);
+  return exchange(rows, plan_from_tensor(plan_tensor), ctx);
+}
+
+// Sequence parallelism: which of the n routed rows of `full` (all-gathered, t tokens per sample) are this tp rank's
+// own tokens.
+std::vector<bool> tokens_of_rank(const Tensor& full, std::int64_t n, int tp_size, int tp_rank) {
+  const std::int64_t t = full.dim(full.rank() - 2), local = t / tp_size;
+  std::vector<bool> mine(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) mine[static_cast<std::size_t>(i)] = (i % t) / local == tp_rank;
+  return mine;
+}
 
 std::shared_ptr<Param> expert_param(const std::string& name, const Shape& logical, int dim, std::int64_t fan_in,
                                     const ParamInit& init, int tp_size, int tp_rank) {
@@ -228,8 +249,7 @@ void MoeMlp::grouped(Context& ctx, const Tensor& a, const Tensor& b, const Tenso
   options.trans_b = trans_b;
   options.beta = beta;
   for (const auto& [first, groups] : blocks) {
-    std::int64_t rows = 0;
-    for (std::int64_t g : groups) rows += g;
+    const std::int64_t rows = rows_of_groups(groups);
     if (rows > 0) ops::grouped_gemm(ctx, a.slice(first, first + rows), b, c.slice(first, first + rows), groups, options);
   }
 }
@@ -262,20 +282,9 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
       stash.backward_follows ? post_balance_exchange(routing, n / full.dim(full.rank() - 2), router_, ctx)
                              : BalanceExchange{};
 
-  std::vector<Tensor> staging;  // GPU only: the uploads' host sides, kept until the backward (upload_async)
-  const Tensor row_token = upload_async(ctx, routing.row_token, Shape{r}, DType::kI32, staging);
-  const Tensor token_row = upload_async(ctx, routing.token_row, Shape{n, k}, DType::kI32, staging);
-  const Tensor weight = upload_async(ctx, routing.weight, Shape{n, k}, DType::kF32, staging);
-  const Tensor row_weight = upload_async(ctx, routing.row_weight, Shape{r}, DType::kF32, staging);
-  // A forward no backward follows (recomputation's first, evaluation's) keeps no stash to hold the staging in:
-  // one wait here for the four copies instead (counted on the CPU too, which counts what a GPU waits).
-  if (!stash.backward_follows) {
-    ops::synchronize(ctx);
-    staging.clear();
-  }
-  staging.resize(4);  // empty slots on the CPU (without a staging allocator) and after the wait above
+  const RoutingTensors up = upload_routing(ctx, routing, stash.backward_follows);  // staging: GPU only
   Tensor xp = new_activation(ctx, Shape{r, d_});
-  ops::moe_gather(ctx, xf, row_token, Tensor(), xp);
+  ops::moe_gather(ctx, xf, up.row_token, Tensor(), xp);
   // Under ep the rows go to their experts' ranks (counts exchanged first); this rank's experts run on what arrives.
   Tensor plan_tensor;
   if (ep) {
@@ -291,32 +300,17 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
     xp = dispatch_rows(xp, plan, ctx);
   }
   const Blocks blocks = blocks_of(routing.counts, plan_tensor);
-  const std::int64_t rows = rows_of_blocks(blocks);
-  Tensor g = new_activation(ctx, Shape{rows, f_local_}), u = new_activation(ctx, Shape{rows, f_local_});
-  grouped(ctx, xp, gate_->compute(), g, blocks, true, 0.0f);
-  grouped(ctx, xp, up_->compute(), u, blocks, true, 0.0f);
-  Tensor h = new_activation(ctx, Shape{rows, f_local_});
-  if (rows > 0) ops::swiglu_forward(ctx, g, u, h);
-  Tensor o = new_activation(ctx, Shape{rows, d_});
-  grouped(ctx, h, down_->compute(), o, blocks, true, 0.0f);
-  if (ep) {  // back into this rank's routed-row layout
-    const AllToAllTimer timer(ctx, block_);
-    const CommWaitTimer wait_timer(ctx, CommKind::kExpertAllToAll);  // --explain's expert_all_to_all row
-    o = combine_rows(o, plan_from_tensor(plan_tensor), ctx);
-  }
+  ExpertActivations act = experts_forward(ctx, xp, blocks);
+  // Under ep, back into this rank's routed-row layout (the experts' output rows are released here).
+  if (ep) act.o = timed_exchange(combine_rows, act.o, plan_tensor, block_, ctx);
   Tensor y_full = new_activation(ctx, full.shape());
-  ops::moe_combine(ctx, o, token_row, weight, rows_of(y_full));
-  Tensor y = y_full;
-  if (sp) {
-    y = sequence_reduce_scatter(y_full, ctx, tp_size_, tp_rank_, who());
-  } else if (tp_size_ > 1) {
-    tp_all_reduce(y_full, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
-  }
+  ops::moe_combine(ctx, act.o, up.token_row, up.weight, rows_of(y_full));
+  Tensor y = reduce_over_tp(y_full, sp, ctx);
   if (shared_) ops::add_inplace(ctx, y, shared_->forward(x, stash.children[0], ctx));
   const bool on_host = ctx.device.is_cpu();  // the CPU's stash holds host tensors already (HostRouting)
-  stash.tensors = {full, logits, xp, g, u, h, o, row_token, token_row, weight, row_weight, plan_tensor, balance.sums,
-                   balance.staging, on_host ? Tensor() : logits_host, on_host ? Tensor() : bias_host,
-                   staging[0], staging[1], staging[2], staging[3]};
+  stash.tensors = {full, logits, xp, act.g, act.u, act.h, act.o, up.row_token, up.token_row, up.weight,
+                   up.row_weight, plan_tensor, balance.sums, balance.staging, on_host ? Tensor() : logits_host,
+                   on_host ? Tensor() : bias_host, up.staging[0], up.staging[1], up.staging[2], up.staging[3]};
   stash_balance(stash, balance);
   return y;
 }
@@ -334,7 +328,6 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   Routing routing = route_stashed(host.logits, host.bias, full, ctx);
   const Tensor plan_tensor = stash.tensors[kPlan];
   const Blocks blocks = blocks_of(routing.counts, plan_tensor);
-  const std::int64_t rows = rows_of_blocks(blocks);
   const Tensor dy_full = sp ? sequence_all_gather(dy, ctx, tp_size_, tp_rank_, who()) : dy;
   const Tensor dyf = rows_of(dy_full);
 
@@ -346,33 +339,14 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   // The experts, backwards (under ep: the output gradients travel to the experts' ranks, the input gradients back).
   Tensor d_o = new_activation(ctx, Shape{r, d_});
   ops::moe_gather(ctx, dyf, stash.tensors[kRowToken], stash.tensors[kRowWeight], d_o);
-  if (ep) {
-    const AllToAllTimer timer(ctx, block_);
-    const CommWaitTimer wait_timer(ctx, CommKind::kExpertAllToAll);  // --explain's expert_all_to_all row
-    d_o = dispatch_rows(d_o, plan_from_tensor(plan_tensor), ctx);
-  }
-  Tensor dh = new_activation(ctx, Shape{rows, f_local_});
-  grouped(ctx, d_o, down_->compute(), dh, blocks, false, 0.0f);
-  Tensor dg = new_activation(ctx, Shape{rows, f_local_}), du = new_activation(ctx, Shape{rows, f_local_});
-  if (rows > 0) ops::swiglu_backward(ctx, stash.tensors[kG], stash.tensors[kU], dh, dg, du);
-  Tensor dxp = new_activation(ctx, Shape{rows, d_});
-  grouped(ctx, dg, gate_->compute(), dxp, blocks, false, 0.0f);
-  grouped(ctx, du, up_->compute(), dxp, blocks, false, 1.0f);
-  if (ep) {
-    const AllToAllTimer timer(ctx, block_);
-    const CommWaitTimer wait_timer(ctx, CommKind::kExpertAllToAll);  // --explain's expert_all_to_all row
-    dxp = combine_rows(dxp, plan_from_tensor(plan_tensor), ctx);
-  }
+  if (ep) d_o = timed_exchange(dispatch_rows, d_o, plan_tensor, block_, ctx);
+  ExpertGrads grads = experts_backward(ctx, d_o, stash.tensors[kG], stash.tensors[kU], blocks);
+  if (ep) grads.dxp = timed_exchange(combine_rows, grads.dxp, plan_tensor, block_, ctx);
   Tensor dx_full = new_activation(ctx, full.shape());
-  ops::moe_combine(ctx, dxp, stash.tensors[kTokenRow], Tensor(), rows_of(dx_full));
+  ops::moe_combine(ctx, grads.dxp, stash.tensors[kTokenRow], Tensor(), rows_of(dx_full));
 
   // The router: the weights' gradient and the aux and z losses', this rank's rows only where they are summed.
-  std::vector<bool> mine;  // sequence parallelism: this rank's tokens
-  if (sp) {
-    const std::int64_t t = full.dim(full.rank() - 2), local = t / tp_size_;
-    mine.resize(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) mine[static_cast<std::size_t>(i)] = (i % t) / local == tp_rank_;
-  }
+  const std::vector<bool> mine = sp ? tokens_of_rank(full, n, tp_size_, tp_rank_) : std::vector<bool>{};
   apply_balance(routing, stash, router_, ctx);  // the first use of the whole micro-batch's counts
   const std::vector<float> dlogits_host =
       router_backward(routing, download(ctx, dweight), ctx.loss_scale, router_, mine);
@@ -384,6 +358,52 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
     acc.beta = 1.0f;
     ops::gemm(ctx, dlogits, router_weight_->compute(), rows_of(dx_full), acc);
   }
+  record_routing(routing, plan_tensor, ep, ctx);
+
+  Tensor dx = reduce_over_tp(dx_full, sp, ctx);
+  if (shared_) ops::add_inplace(ctx, dx, shared_->backward_input(dy, stash.children[0], ctx));
+  stash.tensors = {full, dlogits, stash.tensors[kXp], grads.dg, grads.du, d_o, stash.tensors[kH],
+                   counts_to_tensor(routing.counts), plan_tensor};
+  stash.in_flight.clear();  // the count exchange completed in apply_balance
+  return dx;
+}
+
+MoeMlp::ExpertActivations MoeMlp::experts_forward(Context& ctx, const Tensor& xp, const Blocks& blocks) const {
+  const std::int64_t rows = rows_of_blocks(blocks);
+  ExpertActivations a;
+  a.g = new_activation(ctx, Shape{rows, f_local_});
+  a.u = new_activation(ctx, Shape{rows, f_local_});
+  grouped(ctx, xp, gate_->compute(), a.g, blocks, true, 0.0f);
+  grouped(ctx, xp, up_->compute(), a.u, blocks, true, 0.0f);
+  a.h = new_activation(ctx, Shape{rows, f_local_});
+  if (rows > 0) ops::swiglu_forward(ctx, a.g, a.u, a.h);
+  a.o = new_activation(ctx, Shape{rows, d_});
+  grouped(ctx, a.h, down_->compute(), a.o, blocks, true, 0.0f);
+  return a;
+}
+
+MoeMlp::ExpertGrads MoeMlp::experts_backward(Context& ctx, const Tensor& d_o, const Tensor& g, const Tensor& u,
+                                             const Blocks& blocks) const {
+  const std::int64_t rows = rows_of_blocks(blocks);
+  ExpertGrads d;
+  d.dh = new_activation(ctx, Shape{rows, f_local_});
+  grouped(ctx, d_o, down_->compute(), d.dh, blocks, false, 0.0f);
+  d.dg = new_activation(ctx, Shape{rows, f_local_});
+  d.du = new_activation(ctx, Shape{rows, f_local_});
+  if (rows > 0) ops::swiglu_backward(ctx, g, u, d.dh, d.dg, d.du);
+  d.dxp = new_activation(ctx, Shape{rows, d_});
+  grouped(ctx, d.dg, gate_->compute(), d.dxp, blocks, false, 0.0f);
+  grouped(ctx, d.du, up_->compute(), d.dxp, blocks, false, 1.0f);
+  return d;
+}
+
+Tensor MoeMlp::reduce_over_tp(const Tensor& full, bool sp, Context& ctx) const {
+  if (sp) return sequence_reduce_scatter(full, ctx, tp_size_, tp_rank_, who());
+  if (tp_size_ > 1) tp_all_reduce(full, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
+  return full;
+}
+
+void MoeMlp::record_routing(const Routing& routing, const Tensor& plan_tensor, bool ep, Context& ctx) {
   stats_.counts = routing.counts;
   stats_.aux_loss = routing.aux_loss;
   stats_.z_loss = routing.z_loss;
@@ -394,28 +414,15 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
     stats_.sent_rows = plan.send_rows;
     stats_.received_rows = plan.recv_rows;
   }
-  if (ctx.router_log != nullptr) {
-    ctx.router_log->add(block_, routing.counts, routing.aux_loss, routing.z_loss);
-    if (ep) {
-      ctx.router_log->add_dispatch(block_, stats_.sent_rows, stats_.received_rows,
-                                   d_ * static_cast<std::int64_t>(dtype_size(ctx.compute_dtype())));
-    }
-    if (router_bias_ && router_.bias_update_rate > 0) {
-      ctx.router_log->note_bias(block_, router_bias_.get(), router_.bias_update_rate);
-    }
+  if (ctx.router_log == nullptr) return;
+  ctx.router_log->add(block_, routing.counts, routing.aux_loss, routing.z_loss);
+  if (ep) {
+    ctx.router_log->add_dispatch(block_, stats_.sent_rows, stats_.received_rows,
+                                 d_ * static_cast<std::int64_t>(dtype_size(ctx.compute_dtype())));
   }
-
-  Tensor dx = dx_full;
-  if (sp) {
-    dx = sequence_reduce_scatter(dx_full, ctx, tp_size_, tp_rank_, who());
-  } else if (tp_size_ > 1) {
-    tp_all_reduce(dx_full, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
+  if (router_bias_ && router_.bias_update_rate > 0) {
+    ctx.router_log->note_bias(block_, router_bias_.get(), router_.bias_update_rate);
   }
-  if (shared_) ops::add_inplace(ctx, dx, shared_->backward_input(dy, stash.children[0], ctx));
-  stash.tensors = {full, dlogits, stash.tensors[kXp], dg, du, d_o, stash.tensors[kH], counts_to_tensor(routing.counts),
-                   plan_tensor};
-  stash.in_flight.clear();  // the count exchange completed in apply_balance
-  return dx;
 }
 
 void MoeMlp::backward_weight(Stash& stash, Context& ctx) {
@@ -429,8 +436,7 @@ void MoeMlp::backward_weight(Stash& stash, Context& ctx) {
   // accumulator, layer.hpp Param::ep_size), else all into the grad in source order.
   for (std::size_t s = 0; s < blocks.size(); ++s) {
     const auto& [first, groups] = blocks[s];
-    std::int64_t rows = 0;
-    for (std::int64_t g : groups) rows += g;
+    const std::int64_t rows = rows_of_groups(groups);
     if (rows == 0) continue;
     const auto lane = [&](const Tensor& grad) {
       const bool lanes = blocks.size() > 1 && grad.dim(0) == static_cast<std::int64_t>(blocks.size()) * local_experts_;

@@ -99,9 +99,26 @@ class MoeMlp final : public Layer {
   bool expert_parallel(const Context& ctx) const;
   // The expert SwiGLU on rows grouped by local expert: one grouped GEMM per block of `blocks` (a source rank's
   // rows under ep; the whole at ep 1), each with that block's groups.
-  void grouped(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
-               const std::vector<std::pair<std::int64_t, std::vector<std::int64_t>>>& blocks, bool trans_b,
+  using Blocks = std::vector<std::pair<std::int64_t, std::vector<std::int64_t>>>;  // (first row, groups) per block
+  void grouped(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c, const Blocks& blocks, bool trans_b,
                float beta) const;
+  // The experts' SwiGLU forward on the routed rows xp (this rank's received rows under ep), block by block.
+  struct ExpertActivations {
+    Tensor g, u, h, o;  // xp·gate^T, xp·up^T, silu(g) * u, h·down^T
+  };
+  ExpertActivations experts_forward(Context& ctx, const Tensor& xp, const Blocks& blocks) const;
+  // Its backward from the output rows' gradient d_o and the forward's g and u; dh is returned so that it lives as
+  // long as the others (the layer's activation peak).
+  struct ExpertGrads {
+    Tensor dh, dg, du, dxp;
+  };
+  ExpertGrads experts_backward(Context& ctx, const Tensor& d_o, const Tensor& g, const Tensor& u,
+                               const Blocks& blocks) const;
+  // A block-output tensor of partial sums over tp, made whole: reduce-scattered to this rank's part of the sequence
+  // under sequence parallelism, else all-reduced in place (tp > 1); returns the result.
+  Tensor reduce_over_tp(const Tensor& full, bool sp, Context& ctx) const;
+  // What the micro-batch routed, into stats_ and (when the run keeps one) ctx.router_log.
+  void record_routing(const Routing& routing, const Tensor& plan_tensor, bool ep, Context& ctx);
 
   std::string prefix_;
   std::string block_;  // the block's name: the prefix without its last part ("blocks.3" of "blocks.3.moe")

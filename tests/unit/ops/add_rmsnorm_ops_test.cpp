@@ -14,23 +14,14 @@
 #include "engine/core/error.hpp"
 #include "kernels/ops/ops.hpp"
 #include "unit/kernels/kernel_test_util.hpp"
+#include "unit/ops/ops_test_util.hpp"
 
 namespace cleave::ops {
 namespace {
 
 using cleave::kernels::test::random_floats;
-
-Tensor make(const std::vector<float>& v, const Shape& shape, DType dtype) {
-  Tensor f = Tensor::from_floats(v, shape);
-  if (dtype == DType::kF32) return f;
-  Tensor out = Tensor::empty(shape, dtype, MemoryCategory::kActivations, cpu_allocator());
-  copy(Context{}, f, out);
-  return out;
-}
-
-Tensor like(const Tensor& t, DType dtype) {
-  return Tensor::empty(t.shape(), dtype, MemoryCategory::kActivations, cpu_allocator());
-}
+using test::like;
+using test::tensor_of;
 
 Tensor clone(const Tensor& t) {
   Tensor out = like(t, t.dtype());
@@ -38,19 +29,10 @@ Tensor clone(const Tensor& t) {
   return out;
 }
 
+// The same dtype and the same bits, element for element, and not all zero.
 void expect_bits(const Tensor& got, const Tensor& want, const std::string& what) {
   ASSERT_EQ(got.dtype(), want.dtype()) << what;
-  const std::vector<float> g = got.to_floats(), w = want.to_floats();
-  ASSERT_EQ(g.size(), w.size()) << what;
-  std::int64_t wrong = 0;
-  double norm = 0.0;
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    const bool same = g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i]));
-    if (!same && ++wrong <= 3) ADD_FAILURE() << what << ": element " << i << " got " << g[i] << " want " << w[i];
-    norm += static_cast<double>(w[i]) * w[i];
-  }
-  EXPECT_EQ(wrong, 0) << what;
-  EXPECT_GT(norm, 0.0) << what << ": an all-zero output cannot pass";
+  test::expect_same_floats(got.to_floats(), want.to_floats(), what);
 }
 
 struct Case {
@@ -68,16 +50,7 @@ const Dtypes kDtypes[] = {{DType::kF32, DType::kF32, DType::kF32, DType::kF32},
                           {DType::kBF16, DType::kF32, DType::kF32, DType::kBF16},
                           {DType::kF32, DType::kBF16, DType::kBF16, DType::kF32}};
 
-class OpsAddRmsNorm : public ::testing::TestWithParam<int> {
- protected:
-  void SetUp() override {
-    saved_ = cpu_threads();
-    configure_cpu_threads(GetParam());
-  }
-  void TearDown() override { configure_cpu_threads(saved_); }
-  Context ctx_;
-  int saved_ = 1;
-};
+class OpsAddRmsNorm : public test::CpuThreadsTest {};
 
 TEST_P(OpsAddRmsNorm, FusedIsTheUnfusedPairBitForBit) {
   constexpr float kEps = 1e-6f;
@@ -89,11 +62,12 @@ TEST_P(OpsAddRmsNorm, FusedIsTheUnfusedPairBitForBit) {
                              std::string(dtype_name(dt.out));
       const Shape shape{c.rows, c.cols};
       const std::size_t n = static_cast<std::size_t>(c.rows * c.cols);
-      const Tensor branch = make(random_floats(n, ++seed, 2.0f), shape, dt.branch);
-      const Tensor residual = make(random_floats(n, ++seed, 1.5f), shape, dt.residual);
-      const Tensor weight = make(random_floats(static_cast<std::size_t>(c.cols), ++seed), Shape{c.cols}, dt.weight);
-      const Tensor dout = make(random_floats(n, ++seed), shape, dt.out);
-      const Tensor dres = make(random_floats(n, ++seed), shape, dt.out);
+      const Tensor branch = tensor_of(random_floats(n, ++seed, 2.0f), shape, dt.branch);
+      const Tensor residual = tensor_of(random_floats(n, ++seed, 1.5f), shape, dt.residual);
+      const Tensor weight =
+          tensor_of(random_floats(static_cast<std::size_t>(c.cols), ++seed), Shape{c.cols}, dt.weight);
+      const Tensor dout = tensor_of(random_floats(n, ++seed), shape, dt.out);
+      const Tensor dres = tensor_of(random_floats(n, ++seed), shape, dt.out);
 
       // Unfused, as the block ran: x1 = branch; x1 += residual; norm(x1). dx = norm'(dout); dx += dres.
       Tensor r_pair = clone(branch), out_pair = like(branch, dt.out);
@@ -135,13 +109,14 @@ std::string message_of(const std::function<void()>& f) {
 TEST(OpsAddRmsNormChecks, ArgumentErrorsNameTheOp) {
   const Context ctx;
   const Shape shape{3, 8};
-  const Tensor x = make(random_floats(24, 1), shape, DType::kF32), y = make(random_floats(24, 2), shape, DType::kF32);
-  const Tensor w = make(random_floats(8, 3), Shape{8}, DType::kF32);
+  const Tensor x = tensor_of(random_floats(24, 1), shape, DType::kF32);
+  const Tensor y = tensor_of(random_floats(24, 2), shape, DType::kF32);
+  const Tensor w = tensor_of(random_floats(8, 3), Shape{8}, DType::kF32);
   Tensor r = like(x, DType::kF32), out = like(x, DType::kF32);
   Tensor rstd = Tensor::empty(Shape{3}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   std::string msg = message_of([&] { add_rmsnorm_forward(ctx, x, y, w, r, r, rstd, 1e-5f); });
   EXPECT_NE(msg.find("add_rmsnorm_forward: out must not alias"), std::string::npos) << msg;
-  const Tensor w_bad = make(random_floats(7, 3), Shape{7}, DType::kF32);
+  const Tensor w_bad = tensor_of(random_floats(7, 3), Shape{7}, DType::kF32);
   msg = message_of([&] { add_rmsnorm_forward(ctx, x, y, w_bad, r, out, rstd, 1e-5f); });
   EXPECT_NE(msg.find("add_rmsnorm_forward"), std::string::npos) << msg;
   EXPECT_NE(msg.find("weight"), std::string::npos) << msg;

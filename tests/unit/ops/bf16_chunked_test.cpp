@@ -14,11 +14,14 @@
 
 #include "kernels/ops/ops.hpp"
 #include "unit/kernels/kernel_test_util.hpp"
+#include "unit/ops/ops_test_util.hpp"
 
 namespace cleave::ops {
 namespace {
 
 using cleave::kernels::test::random_floats;
+using test::like;
+using test::tensor_of;
 
 struct Shape2 {
   std::int64_t rows, cols;
@@ -27,22 +30,12 @@ struct Shape2 {
 // chunk; parallel (>= 32K elements) with a partial last chunk; the small GPT's MLP activation.
 const Shape2 kShapes[] = {{1, 1}, {3, 7}, {37, 29}, {2, 5000}, {301, 129}, {1024, 1024}};
 
-Tensor make(const std::vector<float>& v, const Shape& shape, DType dtype) {
-  Tensor f = Tensor::from_floats(v, shape);
-  if (dtype == DType::kF32) return f;
-  Tensor out = Tensor::empty(shape, dtype, MemoryCategory::kActivations, cpu_allocator());
-  copy(Context{}, f, out);
-  return out;
-}
-
 // The tensor's values as f32 (exact for bf16).
 Tensor widened(const Tensor& t) {
   Tensor out = Tensor::empty(t.shape(), DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   copy(Context{}, t, out);
   return out;
 }
-
-Tensor like(const Tensor& t, DType dtype) { return Tensor::empty(t.shape(), dtype, MemoryCategory::kActivations, cpu_allocator()); }
 
 // The reference's output narrowed to `dtype`, as bits.
 std::vector<float> narrowed(const Tensor& f32_out, DType dtype) {
@@ -51,34 +44,12 @@ std::vector<float> narrowed(const Tensor& f32_out, DType dtype) {
   return out.to_floats();
 }
 
+// `got` is the reference's f32 output narrowed once to got's dtype, bit for bit.
 void expect_same(const Tensor& got, const Tensor& want_f32, const std::string& what) {
-  const std::vector<float> g = got.to_floats(), w = narrowed(want_f32, got.dtype());
-  ASSERT_EQ(g.size(), w.size()) << what;
-  std::int64_t wrong = 0;
-  double norm = 0.0;
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    const bool same = g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i]));
-    if (!same && ++wrong <= 3) ADD_FAILURE() << what << ": element " << i << " got " << g[i] << " want " << w[i];
-    norm += static_cast<double>(w[i]) * w[i];
-  }
-  EXPECT_EQ(wrong, 0) << what;
-  // An all-zero output cannot pass (one element may be a true zero: ReLU of a negative, LayerNorm's gradient
-  // over a single column).
-  if (g.size() > 1) {
-    EXPECT_GT(norm, 0.0) << what << ": an all-zero output cannot pass";
-  }
+  test::expect_same_floats(got.to_floats(), narrowed(want_f32, got.dtype()), what, /*single_may_be_zero=*/true);
 }
 
-class OpsBf16Chunked : public ::testing::TestWithParam<int> {
- protected:
-  void SetUp() override {
-    saved_ = cpu_threads();
-    configure_cpu_threads(GetParam());
-  }
-  void TearDown() override { configure_cpu_threads(saved_); }
-  Context ctx_;
-  int saved_ = 1;
-};
+class OpsBf16Chunked : public test::CpuThreadsTest {};
 
 TEST_P(OpsBf16Chunked, ElementwiseOpsMatchTheWholeTensorReference) {
   const DType bf = DType::kBF16;
@@ -87,7 +58,8 @@ TEST_P(OpsBf16Chunked, ElementwiseOpsMatchTheWholeTensorReference) {
     const auto n = static_cast<std::size_t>(s.rows * s.cols);
     const std::string at = " [" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "] threads " +
                            std::to_string(GetParam());
-    const Tensor a = make(random_floats(n, 1, 3.0f), shape, bf), b = make(random_floats(n, 2, 3.0f), shape, bf);
+    const Tensor a = tensor_of(random_floats(n, 1, 3.0f), shape, bf);
+    const Tensor b = tensor_of(random_floats(n, 2, 3.0f), shape, bf);
     const Tensor af = widened(a), bfv = widened(b);
 
     Tensor out = like(a, bf), want = like(af, DType::kF32);
@@ -100,19 +72,19 @@ TEST_P(OpsBf16Chunked, ElementwiseOpsMatchTheWholeTensorReference) {
     add(ctx_, af, b, out32);
     expect_same(out32, want, "add f32+bf16" + at);
 
-    Tensor y = make(random_floats(n, 3), shape, bf);
+    Tensor y = tensor_of(random_floats(n, 3), shape, bf);
     Tensor yf = widened(y);
     add_inplace(ctx_, y, a);
     add_inplace(ctx_, yf, af);
     expect_same(y, yf, "add_inplace" + at);
 
-    Tensor y2 = make(random_floats(n, 4), shape, bf);
+    Tensor y2 = tensor_of(random_floats(n, 4), shape, bf);
     Tensor y2f = widened(y2);
     scale_inplace(ctx_, y2, -1.7f);
     scale_inplace(ctx_, y2f, -1.7f);
     expect_same(y2, y2f, "scale_inplace" + at);
 
-    Tensor z = make(random_floats(n, 5), shape, bf);
+    Tensor z = tensor_of(random_floats(n, 5), shape, bf);
     Tensor zf = widened(z);
     axpy(ctx_, 0.25f, a, z);
     axpy(ctx_, 0.25f, af, zf);
@@ -136,7 +108,7 @@ TEST_P(OpsBf16Chunked, ElementwiseOpsMatchTheWholeTensorReference) {
     swiglu_forward(ctx_, a, b, h);
     swiglu_forward(ctx_, af, bfv, hf);
     expect_same(h, hf, "swiglu_forward" + at);
-    const Tensor dh = make(random_floats(n, 6), shape, bf);
+    const Tensor dh = tensor_of(random_floats(n, 6), shape, bf);
     Tensor dga = like(a, bf), dua = like(a, bf), dgaf = like(af, DType::kF32), duaf = like(af, DType::kF32);
     swiglu_backward(ctx_, a, b, dh, dga, dua);
     swiglu_backward(ctx_, af, bfv, widened(dh), dgaf, duaf);
@@ -153,13 +125,13 @@ TEST_P(OpsBf16Chunked, RowOpsMatchTheWholeTensorReference) {
     const auto cols = static_cast<std::size_t>(s.cols);
     const std::string at = " [" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "] threads " +
                            std::to_string(GetParam());
-    const Tensor x = make(random_floats(n, 11, 2.0f), shape, bf), dy = make(random_floats(n, 12), shape, bf);
+    const Tensor x = tensor_of(random_floats(n, 11, 2.0f), shape, bf), dy = tensor_of(random_floats(n, 12), shape, bf);
     const Tensor xf = widened(x), dyf = widened(dy);
-    const Tensor gamma = make(random_floats(cols, 13), Shape{s.cols}, bf);
-    const Tensor beta = make(random_floats(cols, 14), Shape{s.cols}, bf);
+    const Tensor gamma = tensor_of(random_floats(cols, 13), Shape{s.cols}, bf);
+    const Tensor beta = tensor_of(random_floats(cols, 14), Shape{s.cols}, bf);
     auto stats = [&] { return Tensor::empty(Shape{s.rows}, DType::kF32, MemoryCategory::kActivations, cpu_allocator()); };
 
-    Tensor bias_y = make(random_floats(n, 15), shape, bf);
+    Tensor bias_y = tensor_of(random_floats(n, 15), shape, bf);
     Tensor bias_yf = widened(bias_y);
     bias_add_forward(ctx_, bias_y, beta);
     bias_add_forward(ctx_, bias_yf, widened(beta));
@@ -198,9 +170,9 @@ TEST_P(OpsBf16Chunked, LinearForwardAddsTheBiasInF32AndRoundsOnce) {
                                 {3, 4099, 17}}) {
     const std::string at = " " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
                            " threads " + std::to_string(GetParam());
-    const Tensor a = make(random_floats(static_cast<std::size_t>(m * k), 21), Shape{m, k}, bf);
-    const Tensor w = make(random_floats(static_cast<std::size_t>(n * k), 22), Shape{n, k}, bf);
-    const Tensor bias = make(random_floats(static_cast<std::size_t>(n), 23, 4.0f), Shape{n}, bf);
+    const Tensor a = tensor_of(random_floats(static_cast<std::size_t>(m * k), 21), Shape{m, k}, bf);
+    const Tensor w = tensor_of(random_floats(static_cast<std::size_t>(n * k), 22), Shape{n, k}, bf);
+    const Tensor bias = tensor_of(random_floats(static_cast<std::size_t>(n), 23, 4.0f), Shape{n}, bf);
     GemmOptions plain;
     plain.trans_b = true;
     Tensor want = Tensor::empty(Shape{m, n}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());

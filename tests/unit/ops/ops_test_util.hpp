@@ -1,10 +1,14 @@
 // Shared helpers of the seam's CPU op tests (tests/unit/ops): f32 tensors from values, empty host tensors of a
 // dtype, casts through ops::copy, the f32 values a bf16 tensor holds (the reference ops' inputs), a bf16 output
-// checked as the f32 reference rounded once, and the sum of squares that keeps an all-zero output from passing.
+// checked as the f32 reference rounded once, the sum of squares that keeps an all-zero output from passing, an
+// element-for-element comparison of bits, and the fixture of the tests run at 1 and 2 CPU threads.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/ops/ops.hpp"
@@ -39,5 +43,46 @@ inline void expect_rounded_once(const Context& ctx, const Tensor& got16, const T
   EXPECT_EQ(got16.to_floats(), cast(ctx, want32, DType::kBF16).to_floats()) << what;
   EXPECT_GT(norm(got16), 0.0) << what;
 }
+
+// A host tensor of `dtype` holding `v` (narrowed once through ops::copy when dtype is not f32).
+inline Tensor tensor_of(const std::vector<float>& v, const Shape& shape, DType dtype) {
+  Tensor f = f32(v, shape);
+  if (dtype == DType::kF32) return f;
+  return cast(Context{}, f, dtype);
+}
+
+// An empty host tensor of t's shape.
+inline Tensor like(const Tensor& t, DType dtype) { return empty(t.shape(), dtype); }
+
+// `got` equals `want` element for element (a NaN matches a NaN; the first three differences are named), and `want`
+// is not all zero unless it has a single element and single_may_be_zero (ReLU of a negative, LayerNorm's gradient
+// over one column).
+inline void expect_same_floats(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
+                               bool single_may_be_zero = false) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  std::int64_t wrong = 0;
+  double sum_squares = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const bool same = got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i]));
+    if (!same && ++wrong <= 3) ADD_FAILURE() << what << ": element " << i << " got " << got[i] << " want " << want[i];
+    sum_squares += static_cast<double>(want[i]) * want[i];
+  }
+  EXPECT_EQ(wrong, 0) << what;
+  if (!single_may_be_zero || got.size() > 1) {
+    EXPECT_GT(sum_squares, 0.0) << what << ": an all-zero output cannot pass";
+  }
+}
+
+// A test run at GetParam() CPU threads (the setting restored after it), with a CPU context.
+class CpuThreadsTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    saved_ = cpu_threads();
+    configure_cpu_threads(GetParam());
+  }
+  void TearDown() override { configure_cpu_threads(saved_); }
+  Context ctx_;
+  int saved_ = 1;
+};
 
 }  // namespace cleave::ops::test

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The A100 profile's GEMM size curve from Vidur's published operator profiles (docs/planner.md, "GEMM tile and wave
-quantization"; profiles/a100_80gb_sxm.json sources.gemm_efficiency).
+"""The A100 and H100 profiles' GEMM size curves from Vidur's published operator profiles, one rule for both
+(docs/planner.md, "GEMM tile and wave quantization"; profiles/a100_80gb_sxm.json and profiles/h100_sxm.json
+sources.gemm_efficiency; the H100's: --gpu h100 --peak-tflops 989 --bandwidth-GBps 2970).
 
 Vidur (microsoft/vidur, MLSys 2024) publishes the kernel time of every linear layer of a transformer block's forward,
 timed in isolation from communication on one GPU: data/profiling/compute/<gpu>/<model>/mlp.csv, columns

@@ -191,7 +191,7 @@ TEST(AttentionRates, NamedKernelPricesEachPassAtItsOwnRate) {
   }
   for (const Gemm& g : w.forward.gemms) {
     if (!g.fused_attention) {
-      EXPECT_DOUBLE_EQ(p.gemm_efficiency_of(g, true), p.gemm_shape_efficiency.at(g.m, g.n, g.k, g.batch));
+      EXPECT_DOUBLE_EQ(p.gemm_efficiency_of(g, true), p.gemm_efficiency_at(g.flops(), true));  // the curve: no kernel of its own
     }
   }
   const std::string f32 = refusal_of([&] { p.gemm_pass_seconds(bwd, false); });

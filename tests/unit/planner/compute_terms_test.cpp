@@ -1,9 +1,11 @@
-// The compute term's parts on a roofline profile (docs/planner.md, "The step, term by term"): each bf16 library GEMM at
-// the shipped H100 profile's measured per-shape table (no wave term on top), f32 GEMMs and the fused attention
-// kernel's products at the size curve; the elementwise term is the passes' streamed bytes over the measured memory
-// bandwidth and the kernel_launch term their kernels times the cited launch cost, each equal to its formula over a
-// whole plan; the shipped profiles cite the new numbers. The H100 table is held against published back-to-back GEMM
-// streams (profiles/checks/h100_sxm_gemm_streams.json): evidence about the table, not read by the cost model.
+// The compute term's parts on a roofline profile (docs/planner.md, "The step, term by term"): with a per-shape table
+// (XLA's sm_90 grid, profiles/checks/h100_sxm_xla_gemm_table.json, set on the H100 profile) each bf16 library GEMM at
+// the table (no wave term on top), f32 GEMMs and the fused attention kernel's products at the size curve; the
+// elementwise term is the passes' streamed bytes over the measured memory bandwidth and the kernel_launch term their
+// kernels times the cited launch cost, each equal to its formula over a whole plan; the shipped profiles cite the new
+// numbers. XLA's table is held against published back-to-back GEMM streams (profiles/checks/h100_sxm_gemm_streams.json),
+// and so is the shipped H100 curve (Vidur's transformer GEMMs), which prices below both: evidence, not read by the
+// cost model.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -35,17 +37,33 @@ HardwareProfile shipped(const std::string& name) {
   return partition::load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/" + name);
 }
 
+// The shipped H100 profile with XLA's sm_90 grid, which priced its bf16 library GEMMs until 2026-11-30 (profiles/
+// README.md, gemm_shape_efficiency), as its shape table.
+HardwareProfile h100_with_xla_table() {
+  HardwareProfile p = shipped("h100_sxm.json");
+  const std::string path = std::string(CLEAVE_SOURCE_DIR) + "/profiles/checks/h100_sxm_xla_gemm_table.json";
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::vector<partition::GemmShapeTable::Point> points;
+  for (const auto& q : j.at("gemm_shape_efficiency")) {
+    points.push_back({q.at(0).get<double>(), q.at(1).get<double>(), q.at(2).get<double>(), q.at(3).get<double>()});
+  }
+  p.gemm_shape_efficiency = partition::GemmShapeTable(points, path);
+  return p;
+}
+
 TEST(ComputeTerms, H100BfloatGemmsTakeTheMeasuredShapeTableWithoutTheWaveTerm) {
-  const HardwareProfile h100 = shipped("h100_sxm.json");
+  const HardwareProfile h100 = h100_with_xla_table();
+  ASSERT_TRUE(shipped("h100_sxm.json").gemm_shape_efficiency.empty()) << "the shipped profile prices by its curve";
   ASSERT_FALSE(h100.gemm_shape_efficiency.empty());
   // 4096^3 is a table point: 783.3 TFLOP/s measured, 0.792 of 989.
   const Gemm square{4096, 4096, 4096};
   EXPECT_DOUBLE_EQ(h100.gemm_efficiency_of(square, true), 0.792);
   EXPECT_DOUBLE_EQ(h100.gemm_seconds(square, true), square.flops() / (989e12 * 0.792));
-  // A narrow K runs far below the size curve's figure for the same FLOPs (4096 x 4096 x 512: 543.1 TFLOP/s, 0.5491).
+  // A narrow K runs far below the square (4096 x 4096 x 512: 543.1 TFLOP/s, 0.5491).
   const Gemm narrow{4096, 4096, 512};
   EXPECT_DOUBLE_EQ(h100.gemm_efficiency_of(narrow, true), 0.5491);
-  EXPECT_LT(h100.gemm_efficiency_of(narrow, true), h100.gemm_efficiency_at(narrow.flops(), true) - 0.05);
+  EXPECT_LT(h100.gemm_efficiency_of(narrow, true), h100.gemm_efficiency_of(square, true) - 0.2);
   // One tile past a full wave on 132 SMs: the table prices it (its shapes carry their quantization), no wave term.
   const Gemm one_over{256.0 * 132 + 1, 128, 4096};
   ASSERT_GT(h100.gemm_wave_seconds(one_over, true), 0.0);
@@ -61,13 +79,16 @@ TEST(ComputeTerms, H100BfloatGemmsTakeTheMeasuredShapeTableWithoutTheWaveTerm) {
                    std::min(h100.gemm_efficiency_at(fused.flops(), true), h100.attention_efficiency));
 }
 
-// Issue 38's hypothesis that XLA's table (each GEMM a single kernel from an idle GPU) is faster than GEMMs run back to
+// The hypothesis that XLA's table (each GEMM a single kernel from an idle GPU) is faster than GEMMs run back to
 // back at the power limit, held against published streams: every priced_tflops the check file states is what the
 // profile prices that GEMM at now (a change to the table or its pricing must revisit the evidence), and over the
 // compared streams the median measured / priced is within 5% of 1 (no published stream supports a derate beyond
-// that); the one stream below 0.95 is the longest (10240^3, 90 ms: 0.896), recorded as measured, not applied.
+// that); the one stream below 0.95 is the longest (10240^3, 90 ms: 0.896), recorded as measured, not applied. The
+// shipped curve (Vidur's transformer GEMMs, no shape table) prices the same squares lower: every compared stream
+// ran 1.05-1.31x faster than it prices, the disagreement its source records at 4096^3.
 TEST(ComputeTerms, H100ShapeTableAgainstPublishedBackToBackStreams) {
-  const HardwareProfile h100 = shipped("h100_sxm.json");
+  const HardwareProfile h100 = h100_with_xla_table();
+  const HardwareProfile curve = shipped("h100_sxm.json");
   const std::string path = std::string(CLEAVE_SOURCE_DIR) + "/profiles/checks/h100_sxm_gemm_streams.json";
   std::ifstream in(path);
   ASSERT_TRUE(in) << path;
@@ -88,6 +109,11 @@ TEST(ComputeTerms, H100ShapeTableAgainstPublishedBackToBackStreams) {
     }
     const double ratio = s.at("measured_tflops").get<double>() / priced;
     ratios.push_back(ratio);
+    PassWork one;
+    one.gemms = {g};
+    const double curve_ratio = s.at("measured_tflops").get<double>() * 1e12 / (g.flops() / curve.roofline_seconds(one, true));
+    EXPECT_GT(curve_ratio, 1.05) << g.m << " x " << g.n << " x " << g.k;
+    EXPECT_LT(curve_ratio, 1.35) << g.m << " x " << g.n << " x " << g.k;
     if (s.at("stream_ms").get<double>() > longest_ms) {
       longest_ms = s.at("stream_ms").get<double>();
       longest_ratio = ratio;
@@ -129,8 +155,13 @@ TEST(ComputeTerms, ElementwiseIsBytesOverMeasuredBandwidthAndLaunchIsKernelsTime
     const auto keys = p.sourced_keys();
     EXPECT_NE(std::find(keys.begin(), keys.end(), "kernel_launch_us"), keys.end()) << name;
   }
+  // The H100's per-shape table is evidence now (profiles/checks), cited there, not a number of the profile.
   const auto keys = shipped("h100_sxm.json").sourced_keys();
-  EXPECT_NE(std::find(keys.begin(), keys.end(), "gemm_shape_efficiency"), keys.end());
+  EXPECT_EQ(std::find(keys.begin(), keys.end(), "gemm_shape_efficiency"), keys.end());
+  std::ifstream in(std::string(CLEAVE_SOURCE_DIR) + "/profiles/checks/h100_sxm_xla_gemm_table.json");
+  const std::string xla = nlohmann::json::parse(in).at("source").get<std::string>();
+  EXPECT_NE(xla.find("kDefaultMatmulPTable"), std::string::npos);
+  EXPECT_EQ(xla.find("ASSUMED"), std::string::npos);
 }
 
 // Over a whole plan (one H100, bf16, 8 micro-batches of one sample, pp 1): the elementwise term is 8 x each block's

@@ -508,6 +508,7 @@ int run_plan(int argc, char** argv) {
   // Before the search (minutes at a large --world): a path that cannot be written fails now, not after it.
   if (!write_path.empty()) check_output_file("plan: --write", write_path);
   if (!json_path.empty()) check_output_file("plan: --json", json_path);
+  check_distinct_outputs("plan", {{"--write", write_path}, {"--json", json_path}});
   // An option that would be accepted and do nothing is refused, before the machine is measured.
   for (const char* only_trial : {"--trial-steps", "--trial-rounds", "--trial-spread", "--trial-budget", "--launcher"}) {
     CLEAVE_CHECK_INPUT(trials > 0 || !args.given(only_trial),

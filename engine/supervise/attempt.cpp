@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/supervise/restart_record.hpp"
 
@@ -59,13 +60,13 @@ bool can_execute(const std::string& program) {
 
 void check_launcher(const SuperviseOptions& o) {
   const std::vector<std::string> words = launcher_words(o);
-  CLEAVE_CHECK(!words.empty() && can_execute(words.front()),
-               "run: the launcher {} cannot be started ({}); nothing was started (install it, or give --launcher CMD, "
-               "e.g. --launcher \"mpiexec --oversubscribe\")",
-               words.empty() ? std::string("(none)") : words.front(),
-               words.empty() ? "--launcher is empty"
-               : words.front().find('/') != std::string::npos ? "not an executable file"
-                                                               : "not found in PATH");
+  CLEAVE_CHECK_INPUT(!words.empty() && can_execute(words.front()),
+                     "run: the launcher {} cannot be started ({}); nothing was started (install it, or give "
+                     "--launcher CMD, e.g. --launcher \"mpiexec --oversubscribe\")",
+                     words.empty() ? std::string("(none)") : words.front(),
+                     words.empty() ? "--launcher is empty"
+                     : words.front().find('/') != std::string::npos ? "not an executable file"
+                                                                     : "not found in PATH");
 }
 
 JobSpec attempt_job(const SuperviseOptions& o, const std::string& dir, const std::vector<Slot>& used,

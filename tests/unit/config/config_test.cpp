@@ -402,10 +402,20 @@ TEST(Config, LoadConfigFileErrors) {
   std::filesystem::remove_all(dir);
 }
 
+// A schedule file is parsed with the config: a well-formed one is accepted, a malformed one is refused naming the key,
+// the file and its line (it exited 1 once the world was up).
 TEST(Config, ScheduleFilePathIsAccepted) {
   const auto file = std::filesystem::temp_directory_path() / "cleave_config_schedule.txt";
-  std::ofstream(file) << "0F0 0B0\n";
+  std::ofstream(file) << "rank 0: 0F0 0B0\n";
   EXPECT_EQ(parse_config("{}", "x", {"parallel.schedule=" + file.string()}).parallel.schedule, file.string());
+  std::ofstream(file) << "0F0 0B0\n";
+  try {
+    parse_config("{}", "x", {"parallel.schedule=" + file.string()});
+    ADD_FAILURE() << "a malformed schedule file accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.schedule: schedule file '" + file.string() + "' line 1"),
+              std::string::npos) << e.what();
+  }
   std::filesystem::remove(file);
 }
 

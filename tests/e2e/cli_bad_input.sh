@@ -368,6 +368,8 @@ cmd_error report-no-such-dir 'report: nosuch is not a directory' report nosuch
 cmd_error report-not-a-run 'report: a_dir/metrics\.jsonl not found' report a_dir
 cmd_error plan-world-beyond-reach 'plan: --world 1000000 is more ranks than any layout of this config can use: at most [0-9]+ = tp' \
     plan ck1/config.json --world 1000000 --profile "$src/profiles/h100_sxm.json"
+cmd_error plan-trial-launcher "plan --trial: cannot start the launcher 'no-such-launcher' \(not found in PATH\); nothing was searched" \
+    plan ck1/config.json --world 1 --trial 1 --launcher no-such-launcher
 cmd_error plan-ep-imbalance 'plan: --ep-imbalance 0\.5 is below 1' plan ck1/config.json --world 1 --ep-imbalance 0.5
 cmd_error plan-ep-no-experts 'plan: --ep-imbalance 2 prices expert parallelism, and model.type gpt has no experts' plan ck1/config.json --world 1 --ep-imbalance 2
 cmd_error simulate-stash-limits "simulate: give the auto scheduler's limit once" simulate --schedule auto --stages 2 --microbatches 4 --max-stashes 2 --memory-limit 1MiB --stash-bytes 1024

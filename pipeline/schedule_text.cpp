@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -260,6 +261,9 @@ void save_schedule(const Schedule& schedule, const std::string& path) {
 }
 
 Schedule load_schedule(const std::string& path) {
+  std::error_code ec;
+  CLEAVE_CHECK(!std::filesystem::is_directory(path, ec), "schedule file '{}' is a directory; give a schedule file",
+               path);
   std::ifstream in(path);
   CLEAVE_CHECK(in.good(), "cannot open schedule file '{}'", path);
   std::stringstream buffer;

@@ -39,6 +39,23 @@ at train time); a GPT-2's is n_positions. Start training from it, at any layout,
   return p;
 }
 
+// HF_DIR that is not a directory, or Cleave's own output (a run directory or a checkpoint, whose config.json is not a
+// Hugging Face one): bad input naming what it is and what reads it instead.
+void check_import_source(const std::string& source) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  CLEAVE_CHECK_INPUT(fs::is_directory(source, ec), "import: {}: {}", source,
+                     fs::exists(source, ec) ? "not a directory (give a Hugging Face model directory)" : "no such directory");
+  const fs::path dir(source);
+  const bool run_dir = fs::exists(dir / "metrics.jsonl", ec) || fs::is_directory(dir / "checkpoints", ec);
+  const bool checkpoint = fs::exists(dir / "index.json", ec) || fs::exists(dir / "latest", ec);
+  CLEAVE_CHECK_INPUT(!run_dir && !checkpoint,
+                     "import: {} is a Cleave {}, not a Hugging Face model directory: cleave train --init-from {} reads "
+                     "it as it is (and cleave export --format hf writes a Hugging Face directory from it)",
+                     source, run_dir ? "run directory" : "checkpoint",
+                     run_dir ? (dir / "checkpoints").string() : source);
+}
+
 }  // namespace
 
 int run_import(int argc, char** argv) {
@@ -50,6 +67,7 @@ int run_import(int argc, char** argv) {
   CLEAVE_CHECK_INPUT(!source.empty(), "import: no HF_DIR given (see cleave import --help)");
   CLEAVE_CHECK_INPUT(!out.empty(), "import: --out CKPT is required");
   check_output_file("import: --out", out);  // new, in a writable place, before anything is read
+  check_import_source(source);
   // HF_DIR's files that do not agree, or a NaN in its weights: bad input (exit 64), before anything is written.
   const hf::HfCheckpoint weights = reading_input([&] { return hf::read_hf_checkpoint(source); });
   for (const std::string& note : weights.config.notes) log::warn("import: {}", note);

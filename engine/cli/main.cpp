@@ -22,6 +22,7 @@
 #include "engine/comm/mpi/mpi_runtime.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/exit_code.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 
 namespace {
@@ -32,7 +33,15 @@ struct Command {
   int (*run)(int argc, char** argv);
 };
 
-int run_version(int, char**) {
+// `cleave version` takes no arguments: --help says so; anything else is a usage error (exit 64), as another
+// command's unknown option is.
+int run_version(int argc, char** argv) {
+  if (argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::printf("usage: cleave version\n\nPrints the version, the compiled backends, the CPU and its kernels, and the "
+                "runtime settings cleave made (threads, wait policy). Takes no options.\n");
+    return 0;
+  }
+  CLEAVE_CHECK_INPUT(argc <= 1, "version: takes no arguments, got '{}' (cleave version, or cleave --version)", argv[1]);
   std::printf("cleave %s (BLAS: %s, CUDA backend: %s)\n", CLEAVE_VERSION, CLEAVE_BLAS_NAME,
               CLEAVE_WITH_CUDA ? "compiled" : "not compiled");
   // The CPU and the kernels in use (engine/core/cpu_features.hpp, kernels/cpu/blas_coretype.hpp).
@@ -94,9 +103,9 @@ int main(int argc, char** argv) {
     print_usage(argc < 2 ? stderr : stdout);
     return cleave::exit_status(argc < 2 ? cleave::ExitCode::kUsage : cleave::ExitCode::kOk);
   }
-  if (std::strcmp(argv[1], "--version") == 0) return run_version(0, nullptr);
   for (const auto& command : kCommands) {
-    if (command.name != argv[1]) continue;
+    const bool version_flag = command.name == "version" && std::strcmp(argv[1], "--version") == 0;
+    if (command.name != argv[1] && !version_flag) continue;
     try {
       return command.run(argc - 1, argv + 1);
     } catch (const std::exception& e) {

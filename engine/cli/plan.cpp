@@ -34,6 +34,7 @@
 #include "engine/core/input_error.hpp"
 #include "engine/core/progress.hpp"
 #include "engine/core/one_line.hpp"
+#include "engine/core/executable.hpp"
 #include "engine/core/output_path.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/measured_step.hpp"
@@ -508,11 +509,19 @@ int run_plan(int argc, char** argv) {
   // Before the search (minutes at a large --world): a path that cannot be written fails now, not after it.
   if (!write_path.empty()) check_output_file("plan: --write", write_path);
   if (!json_path.empty()) check_output_file("plan: --json", json_path);
+  check_distinct_outputs("plan", {{"--write", write_path}, {"--json", json_path}});
   // An option that would be accepted and do nothing is refused, before the machine is measured.
   for (const char* only_trial : {"--trial-steps", "--trial-rounds", "--trial-spread", "--trial-budget", "--launcher"}) {
     CLEAVE_CHECK_INPUT(trials > 0 || !args.given(only_trial),
                  "plan: {} sets how --trial K trains the top plans, and no --trial was given; add --trial K or drop {}",
                  only_trial, only_trial);
+  }
+  // --trial's launcher, before the machine is measured and the plans searched (it failed after them, exit 1).
+  if (trials > 0) {
+    const std::string program = trial_launcher(args.text("--launcher"), world).front();
+    CLEAVE_CHECK_INPUT(can_execute(program), "plan --trial: cannot start the launcher '{}' ({}); nothing was searched "
+                       "(install Open MPI's mpiexec or name the launcher with --launcher)", program,
+                       why_not_executable(program));
   }
   const config::RunConfig base = config::load_config(config_path, overrides);
   const double ep_imbalance = args.number("--ep-imbalance");

@@ -32,7 +32,9 @@ int run_report(int argc, char** argv) {
   if (parser.print_help_if_asked(args)) return 0;
   const std::string dir = args.positional(0);
   CLEAVE_CHECK_INPUT(!dir.empty(), "report: give a run directory: cleave report RUN_DIR (see cleave report --help)");
-  std::printf("%s\n", report::write_report(dir).c_str());
+  // The run directory and its files are what the command line names: missing, not a run's, or a line that does not
+  // parse is bad input (exit 64), as a missing --resume or --init-from directory is.
+  std::printf("%s\n", reading_input([&] { return report::write_report(dir); }).c_str());
   return 0;
 }
 

@@ -104,6 +104,9 @@ int run_run(int argc, char** argv) {
   }
   const char* in_slurm = std::getenv("SLURM_JOB_ID");
   o.launcher = words(args.text("--launcher"));
+  CLEAVE_CHECK_INPUT(!args.given("--launcher") || !o.launcher.empty(),
+                     "run: --launcher is empty; give the launcher's words, e.g. --launcher \"mpiexec --oversubscribe\", "
+                     "or drop --launcher for the default (mpiexec; srun --mpi=pmix in a SLURM allocation)");
   o.slurm = in_slurm != nullptr && o.launcher.empty() && !args.given("--hostfile");
   const std::string hostfile = args.text("--hostfile");
   if (!hostfile.empty()) {

@@ -240,7 +240,14 @@ pipeline::Schedule build_schedule(const Options& options) {
       std::filesystem::exists(options.schedule),
       "simulate: unknown schedule '{}' (known: {}; or the path of a schedule file, but no such file exists)",
       options.schedule, fmt::join(pipeline::schedule_names(), ", "));
-  pipeline::Schedule schedule = pipeline::load_schedule(options.schedule);
+  // The file the command line names: malformed (or a directory) is bad input (exit 64).
+  pipeline::Schedule schedule = [&] {
+    try {
+      return pipeline::load_schedule(options.schedule);
+    } catch (const Error& e) {
+      throw InputError(fmt::format("simulate: {}", e.what()));
+    }
+  }();
   auto agree = [&](const char* flag, const std::optional<int>& given, int in_file) {
     CLEAVE_CHECK_INPUT(!given || *given == in_file, "simulate: {} {} disagrees with schedule file '{}', which has {}", flag,
                  given.value_or(0), options.schedule, in_file);
@@ -343,6 +350,8 @@ int run_simulate(int argc, char** argv) {
   for (const auto& [what, path] : outputs) {
     if (!path->empty()) check_output_file(what, *path);
   }
+  check_distinct_outputs("simulate", {{"--trace", options.trace_path}, {"--svg", options.svg_path},
+                                      {"--save", options.save_path}});
   pipeline::Schedule schedule = build_schedule(options);
   pipeline::check_schedule(schedule);
   if (options.overlap || schedule.overlap_fb_pairs) {  // --overlap, or a file saved with its pairs overlapped

@@ -414,6 +414,7 @@ int run_simulate_config(int argc, char** argv) {
   CLEAVE_CHECK_INPUT(world >= 1, "simulate --config: --world N is required (the ranks the config runs on)");
   if (!svg.empty()) check_output_file("simulate --config: --svg", svg);  // before the simulation, never over a file
   if (!trace.empty()) check_output_file("simulate --config: --trace", trace);
+  check_distinct_outputs("simulate --config", {{"--svg", svg}, {"--trace", trace}});
   const config::RunConfig base = config::load_config(config_path, overrides);
   auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
   options.scatter_gather_boundaries = args.on("--scatter-gather");

@@ -70,9 +70,10 @@ with an ETA; redirected to a file it is plain lines.)");
             "CONFIG value that differs is refused. With --resume too (the same command line\n"
             "restarted, as cleave run does): the run's checkpoint when there is one, else DIR.")
       .text("--profile", "FILE",
-            "a hardware profile (profiles/*.json, or one cleave profile wrote): MFU per step\n"
-            "against its peak FLOP/s for the run's dtype (the sustained GEMM rate when the\n"
-            "profile has no peak). Without it the achieved TFLOP/s per rank is shown, no MFU.")
+            "a hardware profile of the run's device.type (profiles/*.json for cuda, or one\n"
+            "cleave profile wrote): MFU per step against its peak FLOP/s for the run's dtype\n"
+            "(the sustained GEMM rate when the profile has no peak). Without it the achieved\n"
+            "TFLOP/s per rank is shown, no MFU.")
       .text("--restart-record", "FILE",
             "written by cleave run on a restart (docs/multi-rank.md, \"Recovery\"): the restart's\n"
             "number and launch time, put on the first metrics row with its start-up, checkpoint\n"
@@ -90,9 +91,17 @@ examples:    cleave train examples/gpt_fortunes.json
 }
 
 // One rank's peak FLOP/s for the run's compute dtype: the profile's peak (a roofline profile), else its sustained
-// GEMM rate (a measured CPU profile has only that; the source says which).
+// GEMM rate (a measured CPU profile has only that; the source says which). A profile of another device than the
+// run's (a cuda profile for a cpu run) is bad input: MFU against a peak the run's device does not have says nothing.
 train::PeakFlops peak_of(const std::string& path, const config::RunConfig& run) {
   const planner::HardwareProfile profile = reading_input([&] { return planner::load_profile(path); });
+  const std::string_view run_device = enum_name(run.device.type), profile_device = enum_name(profile.device_type);
+  CLEAVE_CHECK_INPUT(profile.device_type == run.device.type,
+                     "train: --profile {} describes a {} machine ({}), but this run trains on device.type \"{}\": MFU "
+                     "against that peak would measure this run against hardware it does not use; nothing was started "
+                     "(give a profile of this {} machine, e.g. cleave profile CONFIG --out here.json, or drop --profile "
+                     "for the achieved FLOP/s per rank without MFU)",
+                     path, profile_device, profile.name, run_device, run_device);
   const bool bf16 = run.device.precision == config::Precision::kBf16;
   const double peak = bf16 ? profile.peak_flops_bf16 : profile.peak_flops_f32;
   const double rate = peak > 0 ? peak : profile.flops(bf16);

@@ -1,6 +1,7 @@
 // `cleave verify CONFIG [--set ...]`: trains the configured layout and a single-rank reference from the
 // same seed and reports per-step loss differences and per-parameter differences of the final weights;
-// exits non-zero past the tolerance. Run it under mpirun with the layout's world size.
+// exits non-zero past the tolerance. Run it under mpirun with the layout's world size; a world of one rank (the
+// reference against itself) is refused as bad input before any training.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "engine/cli/runtime_env.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/train/verify.hpp"
 
@@ -71,6 +73,12 @@ int run_verify(int argc, char** argv) {
   return runtime.run([&] {
     runtime.place_threads();
     config::RunConfig config = config::load_config(config_path, overrides);
+    // One rank runs the layout tp1 pp1 dp1, which is the reference itself: a PASS would prove nothing.
+    CLEAVE_CHECK_INPUT(runtime.world_size() > 1,
+                       "verify: a world of one rank trains the single-rank reference against itself, which proves "
+                       "nothing; run it under mpirun with the layout's ranks, e.g. mpirun -np 2 cleave verify {} --set "
+                       "parallel.tensor_model_parallel_size=2",
+                       config_path.empty() ? std::string("CONFIG.json") : config_path);
     comm::World world = runtime.world(config);
     config.parallel.comm_backend = world.choice.backend;
     if (!args.given("--loss-tolerance")) {

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <type_traits>
@@ -163,6 +164,28 @@ void read_section(SectionReader r, Section& s, std::span<const Field<Section>> f
   r.finish();
 }
 
+// A config.json a run wrote names its checkpoint.dir in full (resolve(): <train.out_dir>/checkpoints). When the
+// overrides move train.out_dir and leave that derived checkpoint.dir alone, it follows (is cleared, so resolve()
+// derives it again): `cleave train runs/a/config.json --set train.out_dir=runs/b` is a new run in runs/b, not one
+// that saves into runs/a's checkpoints (which the fresh-run check would refuse). A checkpoint.dir of the file's
+// that is not the derived one, or one an override sets, is kept as given.
+void derived_checkpoint_dir_follows_out_dir(json& root, const json& file, const std::vector<std::string>& overrides) {
+  for (const std::string& assignment : overrides) {
+    if (assignment.starts_with("checkpoint.dir=") || assignment.starts_with("checkpoint=")) return;
+  }
+  const auto text_at = [](const json& j, const char* section, const char* key) -> std::optional<std::string> {
+    if (!j.is_object() || !j.contains(section) || !j.at(section).is_object()) return std::nullopt;
+    const json& s = j.at(section);
+    if (!s.contains(key) || !s.at(key).is_string()) return std::nullopt;
+    return s.at(key).get<std::string>();
+  };
+  const auto file_out = text_at(file, "train", "out_dir");
+  const auto file_dir = text_at(file, "checkpoint", "dir");
+  if (!file_out || !file_dir || *file_dir != (std::filesystem::path(*file_out) / "checkpoints").string()) return;
+  const auto out = text_at(root, "train", "out_dir");
+  if (out && *out != *file_out && text_at(root, "checkpoint", "dir") == file_dir) root["checkpoint"]["dir"] = "";
+}
+
 }  // namespace
 
 // Every family's struct is compared (not only the configured one's), member by member through the field
@@ -186,7 +209,9 @@ RunConfig parse_config(std::string_view json_text, std::string_view origin, cons
     if (!root.is_object()) {
       throw Error(fmt::format("config {}: expected a JSON object {{...}} at the top level, got {}", state.origin, show_value(root)));
     }
+    const json file = root;
     for (const std::string& assignment : overrides) apply_set_override(root, assignment, state);
+    derived_checkpoint_dir_follows_out_dir(root, file, overrides);
 
     RunConfig c;
     SectionReader top(&root, "", state);

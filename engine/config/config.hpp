@@ -258,8 +258,9 @@ std::string to_json(const RunConfig& config);
 // same error prefixed with where the key came from ("config run.json: ..." or "--set key=value: ...").
 void validate(const RunConfig& config);
 // The files a config names that are read whole when the run starts, read now (parse_config runs it after
-// validate(); the planner's candidates, which share their base's files, do not): parallel.auto_schedule_profile
-// must be a `cleave profile` file with measured costs. Throws ConfigKeyError naming the key, the path and the fix.
+// validate(); the planner's candidates, which share their base's files, do not): a parallel.schedule file must parse
+// (the text form, docs/schedules.md), parallel.auto_schedule_profile must be a `cleave profile` file with measured
+// costs. Throws ConfigKeyError naming the key, the path and the fix.
 void check_named_files(const RunConfig& config);
 // Keys that would have no effect in the layout the config sets (parallel.context_parallel_comm other than ring at
 // context_parallel_size 1): parse_config runs it after validate(); the planner's candidates do not. Throws
@@ -267,8 +268,19 @@ void check_named_files(const RunConfig& config);
 void check_keys_take_effect(const RunConfig& config);
 // The keys whose documented convention is to do nothing in this config's mode (another optimizer's hyperparameters,
 // min_lr under a constant schedule, zero_reduce below ZeRO-2, eval_interval with evaluation off, val_fraction beside
-// a val_path, device.blas on cuda), each as one line naming the key, its value and why: the run logs each once.
+// a val_path, device.blas on cuda, checkpoint.keep_last / background / dir when checkpoint.interval 0 and save_final
+// false save nothing), each as one line naming the key, its value and why: the run logs each once.
 std::vector<std::string> keys_without_effect(const RunConfig& config);
+// What a layout is, once the world is known: keys_without_effect_in_layout's facts.
+struct LayoutFacts {
+  int world_size = 1;
+  int stages = 1;             // pipeline stages of the model (pp x virtual stages)
+  int reducing_replicas = 1;  // dp x cp: the ranks a gradient is reduced over
+};
+// The keys that do nothing in the layout the run got (parallel.partition.method with one stage, p2p_progress
+// "thread" at world size 1, dp_bucket_mb and grad_reduce_dtype with no replica to reduce over), one line each
+// naming the key, its value and why: the run logs each once, beside keys_without_effect's.
+std::vector<std::string> keys_without_effect_in_layout(const RunConfig& config, const LayoutFacts& layout);
 // The message parse_config() gives for `error` when the config came from `origin` (a file name, "<defaults>")
 // with `overrides` applied: "--set key=value: key: detail" when an override set the key (or a parent or child of
 // it), else "config ORIGIN: key: detail". For errors of a config edited in code whose edits read as overrides.

@@ -21,6 +21,7 @@
 #include "partition/ep_rules.hpp"
 #include "partition/hardware_profile.hpp"
 #include "partition/tp_rules.hpp"
+#include "pipeline/schedule_text.hpp"
 #include "pipeline/schedules/schedules.hpp"
 
 namespace cleave::config {
@@ -300,6 +301,15 @@ void validate(const RunConfig& c) {
 // parallel.auto_schedule_profile is read when the schedule is built, after the world is up: a missing or malformed
 // file would exit 1 there (and `cleave run` would restart into it). Read here it is bad input, before any work.
 void check_named_files(const RunConfig& c) {
+  // A schedule file (check_schedule: it exists) is parsed now: a malformed one exited 1 once the world was up.
+  if (!pipeline::is_schedule_name(c.parallel.schedule)) {
+    try {
+      static_cast<void>(pipeline::load_schedule(c.parallel.schedule));
+    } catch (const Error& e) {
+      refuse("parallel.schedule", "{}; fix the file (docs/schedules.md, the text form) or name a schedule ({})",
+             e.what(), fmt::join(pipeline::schedule_names(), ", "));
+    }
+  }
   const std::string& path = c.parallel.auto_schedule_profile;
   if (path.empty()) return;
   partition::HardwareProfile profile;
@@ -360,9 +370,57 @@ std::vector<std::string> keys_without_effect(const RunConfig& c) {
     notes.push_back(fmt::format("data.val_fraction {} has no effect: data.val_path is the evaluation file, and the "
                                 "training data is used whole", d.val_fraction));
   }
+  const auto& k = c.checkpoint;
+  const CheckpointConfig checkpoint_defaults;
+  if (k.interval == 0 && !k.save_final) {
+    // Nothing is saved but the preemption notice's checkpoint (SIGUSR1, train/stop_request.hpp): every key that
+    // shapes the saves is idle. checkpoint.dir is still where --resume auto looks, so it is named as such.
+    const std::string why = "checkpoint.interval 0 and checkpoint.save_final false save no checkpoint (only "
+                            "SIGUSR1, the preemption notice, does); set checkpoint.interval N or "
+                            "checkpoint.save_final=true to save";
+    if (k.keep_last != checkpoint_defaults.keep_last) {
+      notes.push_back(fmt::format("checkpoint.keep_last {} has no effect: {}", k.keep_last, why));
+    }
+    if (k.background != checkpoint_defaults.background) {
+      notes.push_back(fmt::format("checkpoint.background false has no effect: {}", why));
+    }
+    const std::string default_dir = (std::filesystem::path(c.train.out_dir) / "checkpoints").string();
+    if (!k.dir.empty() && k.dir != default_dir) {
+      notes.push_back(fmt::format("checkpoint.dir {} receives nothing: {} (it is only where --resume auto looks)",
+                                  k.dir, why));
+    }
+  }
   if (c.device.type == DeviceType::kCuda && c.device.blas != ops::CpuBlas::kAuto) {
     notes.push_back(fmt::format("device.blas {} has no effect on device.type \"cuda\" (it picks the cpu backend's GEMM "
                                 "library)", c.device.blas));
+  }
+  return notes;
+}
+
+std::vector<std::string> keys_without_effect_in_layout(const RunConfig& c, const LayoutFacts& layout) {
+  std::vector<std::string> notes;
+  const auto& p = c.parallel;
+  // A split of the blocks into stages needs stages: with one, the method chooses nothing.
+  if (layout.stages == 1 && p.partition.method != PartitionConfig{}.method && p.partition.method != PartitionMethod::kManual) {
+    notes.push_back(fmt::format("parallel.partition.method {} has no effect: the model runs as one stage (it splits "
+                                "the blocks into pipeline stages)", p.partition.method));
+  }
+  // A progress thread advances transfers between ranks: a world of one has none to advance.
+  if (layout.world_size == 1 && p.p2p_progress == P2PProgress::kThread) {
+    notes.push_back("parallel.p2p_progress \"thread\" has no effect: the world is one rank, with no transfers for a "
+                    "progress thread to advance (it matters under mpirun -np N with N > 1)");
+  }
+  // Gradient buckets exist to be reduced over dp x cp replicas: with one, no bucket is made or sent.
+  if (layout.reducing_replicas == 1) {
+    const ParallelConfig defaults;
+    if (p.dp_bucket_mb != defaults.dp_bucket_mb) {
+      notes.push_back(fmt::format("parallel.dp_bucket_mb {} has no effect: data_parallel_size x context_parallel_size "
+                                  "is 1, so no gradient is reduced", p.dp_bucket_mb));
+    }
+    if (p.grad_reduce_dtype != defaults.grad_reduce_dtype) {
+      notes.push_back(fmt::format("parallel.grad_reduce_dtype {} has no effect: data_parallel_size x "
+                                  "context_parallel_size is 1, so no gradient is reduced", p.grad_reduce_dtype));
+    }
   }
   return notes;
 }

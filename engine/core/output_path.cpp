@@ -58,6 +58,22 @@ void check_output_file(std::string_view what, const std::string& path, bool may_
   check_creatable(what, path, parent.empty() ? fs::path(".") : parent);
 }
 
+void check_distinct_outputs(std::string_view command,
+                            const std::vector<std::pair<std::string_view, std::string>>& outputs) {
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (std::size_t j = i + 1; j < outputs.size(); ++j) {
+      const auto& [a, a_path] = outputs[i];
+      const auto& [b, b_path] = outputs[j];
+      if (a_path.empty() || b_path.empty()) continue;
+      std::error_code ec;
+      const fs::path a_full = fs::absolute(a_path, ec).lexically_normal(), b_full = fs::absolute(b_path, ec).lexically_normal();
+      CLEAVE_CHECK_INPUT(a_full != b_full,
+                         "{}: {} and {} both name {}: one would replace the other; nothing was written (give each its "
+                         "own file)", command, a, b, b_path);
+    }
+  }
+}
+
 void create_parent_dirs(std::string_view what, const std::string& path) {
   const fs::path parent = fs::path(path).parent_path();
   if (parent.empty()) return;

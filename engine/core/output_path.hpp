@@ -13,6 +13,8 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace cleave {
 
@@ -23,6 +25,12 @@ void check_output_dir(std::string_view what, const std::string& path);
 // `path` will be a new file: it does not exist (unless `may_exist`; then, if it does, it is a regular file that
 // can be written), and its directory is writable or can be created.
 void check_output_file(std::string_view what, const std::string& path, bool may_exist = false);
+
+// A command that writes several files: no two of `outputs` (option name, path; empty paths skipped) name the same
+// file (after making them absolute and normal: "a.json" and "./a.json" are one), so that neither silently
+// replaces the other. Throws cleave::InputError "<command>: <option> and <option> both name <path>: ...".
+void check_distinct_outputs(std::string_view command,
+                            const std::vector<std::pair<std::string_view, std::string>>& outputs);
 
 // Creates the missing directories above the file `path` (the ones check_output_file found creatable), so
 // an ofstream opened next does not fail on a path the check passed. Throws cleave::Error naming `what`.

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "partition/cp_rules.hpp"
 #include "partition/families/family.hpp"
 #include "partition/measured_costs.hpp"
@@ -42,13 +43,14 @@ void check_world_within_reach(const config::RunConfig& base, const partition::Mo
   const std::string cp_rule = partition::has_attention(spec)
                                   ? fmt::format("cp by model.seq_len {} and the heads", spec.token_sizes().seq_len)
                                   : std::string("no cp: the model has no attention");
-  CLEAVE_CHECK(world <= most,
-               "plan: --world {} is more ranks than any layout of this config can use: at most {} = tp {} x cp {}{} "
-               "(the largest tp x cp the model allows: tp within a node of {} ranks{}{}, {}) x pp {} (one block per "
-               "stage) x dp {} (batch.global_batch_size); plan for at most {} ranks, or a larger model or global batch",
-               world, most, tp, cp, cp_comm.empty() ? "" : " " + cp_comm, profile.ranks_per_node,
-               profile.measured.has_blocks() ? " and measured by profile " : "",
-               profile.measured.has_blocks() ? "'" + profile.name + "'" : "", cp_rule, pp, global, most);
+  CLEAVE_CHECK_INPUT(world <= most,
+                     "plan: --world {} is more ranks than any layout of this config can use: at most {} = tp {} x cp "
+                     "{}{} (the largest tp x cp the model allows: tp within a node of {} ranks{}{}, {}) x pp {} (one "
+                     "block per stage) x dp {} (batch.global_batch_size); plan for at most {} ranks, or a larger model "
+                     "or global batch",
+                     world, most, tp, cp, cp_comm.empty() ? "" : " " + cp_comm, profile.ranks_per_node,
+                     profile.measured.has_blocks() ? " and measured by profile " : "",
+                     profile.measured.has_blocks() ? "'" + profile.name + "'" : "", cp_rule, pp, global, most);
 }
 
 }  // namespace cleave::planner

@@ -6,7 +6,8 @@
 // one micro-batch per replica), and every candidate of a larger world is invalid, so the search is refused before
 // it starts (at --world 1000000 it would price tens of thousands of candidates only to refuse them).
 // Invariant: the bound is attained (the layout it names is valid), so it refuses exactly the worlds whose every
-// candidate is invalid for size reasons, and changes no ranking. Throws Error naming --world, the bound and its factors.
+// candidate is invalid for size reasons, and changes no ranking. Throws InputError (bad input, exit 64, as when no plan
+// of a world is valid) naming --world, the bound and its factors.
 #pragma once
 
 #include <cstdint>

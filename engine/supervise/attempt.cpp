@@ -15,6 +15,8 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.hpp"
+#include "engine/core/executable.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/supervise/restart_record.hpp"
 
@@ -37,35 +39,13 @@ std::vector<std::string> launcher_words(const SuperviseOptions& o) {
   return o.slurm ? std::vector<std::string>{"srun", "--mpi=pmix", "--kill-on-bad-exit=1"} : std::vector<std::string>{"mpiexec"};
 }
 
-namespace {
-
-// Whether `program` can be executed: a path (with a '/') that is an executable file, or a name an executable file
-// of the PATH directories has (as execvp looks it up).
-bool can_execute(const std::string& program) {
-  const auto executable = [](const fs::path& p) {
-    std::error_code ec;
-    return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
-  };
-  if (program.find('/') != std::string::npos) return executable(program);
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    if (executable(fs::path(dir.empty() ? "." : dir) / program)) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
 void check_launcher(const SuperviseOptions& o) {
   const std::vector<std::string> words = launcher_words(o);
-  CLEAVE_CHECK(!words.empty() && can_execute(words.front()),
-               "run: the launcher {} cannot be started ({}); nothing was started (install it, or give --launcher CMD, "
-               "e.g. --launcher \"mpiexec --oversubscribe\")",
-               words.empty() ? std::string("(none)") : words.front(),
-               words.empty() ? "--launcher is empty"
-               : words.front().find('/') != std::string::npos ? "not an executable file"
-                                                               : "not found in PATH");
+  CLEAVE_CHECK_INPUT(!words.empty() && can_execute(words.front()),
+                     "run: the launcher {} cannot be started ({}); nothing was started (install it, or give "
+                     "--launcher CMD, e.g. --launcher \"mpiexec --oversubscribe\")",
+                     words.empty() ? std::string("(none)") : words.front(),
+                     words.empty() ? "--launcher is empty" : why_not_executable(words.front()));
 }
 
 JobSpec attempt_job(const SuperviseOptions& o, const std::string& dir, const std::vector<Slot>& used,

@@ -21,7 +21,8 @@ namespace cleave::supervise {
 std::vector<std::string> launcher_words(const SuperviseOptions& options);
 
 // The launcher, checked before the first attempt: one that cannot start fails every attempt at once (exit 127), and
-// the supervisor would spend its restart budget and re-plan each time before saying so.
+// the supervisor would spend its restart budget and re-plan each time before saying so. Throws InputError (`cleave run`
+// exits 64, as for its other bad options).
 void check_launcher(const SuperviseOptions& options);
 
 // The job of attempt `attempt` on the slots `used` (their count is the world): the launcher, `cleave train` with the

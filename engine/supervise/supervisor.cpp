@@ -28,6 +28,7 @@
 #include "engine/core/log.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "engine/supervise/attempt.hpp"
+#include "engine/supervise/health_check.hpp"
 #include "engine/supervise/layout_choice.hpp"
 #include "engine/supervise/restart_checkpoint.hpp"
 #include "engine/supervise/restart_record.hpp"
@@ -60,18 +61,6 @@ std::string fresh_dir(const std::string& out_dir) {
   for (int n = 2; fs::exists(dir); ++n) dir = fs::path(out_dir) / fmt::format("supervisor.{}", n);
   fs::create_directories(dir);
   return dir.string();
-}
-
-std::vector<bool> check_health(const std::string& command, const std::vector<Slot>& slots) {
-  std::vector<bool> healthy(slots.size(), true);
-  if (command.empty()) return healthy;
-  for (std::size_t i = 0; i < slots.size(); ++i) {
-    const std::string line = fmt::format("CLEAVE_SLOT_HOST='{}' CLEAVE_SLOT_INDEX={} sh -c '{}' > /dev/null 2>&1",
-                                         slots[i].host, slots[i].index, command);
-    healthy[i] = std::system(line.c_str()) == 0;
-    if (!healthy[i]) log::warn("run: health check failed on slot {} ({}); the slot is dropped", slot_name(slots[i]), command);
-  }
-  return healthy;
 }
 
 // The first attempt's layout, and every input a later attempt reads, checked before anything starts.

@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
+#include "engine/train/eval_result.hpp"
 #include "engine/train/rank_setup.hpp"
-#include "engine/train/trainer.hpp"
 #include "pipeline/executor.hpp"
 
 namespace cleave::train {

@@ -161,12 +161,9 @@ void log_run_start(const RankSetup& s, const Throughput& throughput, const DataS
                               : std::string("no MFU without a peak (cleave train --profile FILE)"));
   // Keys accepted that do nothing in this mode by their field's convention (docs/config.md): said once each.
   for (const std::string& note : config::keys_without_effect(cfg)) log::warn("{}", note);
-  // A split of the blocks into stages needs stages: with one, the method chooses nothing.
-  if (s.plan.num_stages() == 1 && cfg.parallel.partition.method != config::PartitionConfig{}.method &&
-      cfg.parallel.partition.method != config::PartitionMethod::kManual) {
-    log::warn("parallel.partition.method {} has no effect: the model runs as one stage (it splits the blocks "
-              "into pipeline stages)", cfg.parallel.partition.method);
-  }
+  // Keys that do nothing in this layout (one stage, one rank, no replica to reduce over): said once each.
+  const config::LayoutFacts layout{s.world.size(), s.plan.num_stages(), s.grid.dp_size() * s.grid.cp_size()};
+  for (const std::string& note : config::keys_without_effect_in_layout(cfg, layout)) log::warn("{}", note);
 }
 
 // On world rank 0: the output directory (a resumed run continues in its own: metrics rows after the checkpoint's

@@ -24,6 +24,7 @@
 #include "engine/run_plan/plan.hpp"
 #include "engine/train/checkpoint/checkpoint_save_stats.hpp"
 #include "engine/train/checkpoint/weight_source.hpp"
+#include "engine/train/eval_result.hpp"
 #include "engine/train/throughput.hpp"
 #include "kernels/ops/host_waits.hpp"
 #include "pipeline/timeline.hpp"
@@ -52,12 +53,6 @@ struct StepStats {
   // Mixture-of-experts models: the routing fields of the step (engine/train/router_metrics.hpp), on every rank.
   std::vector<std::pair<std::string, double>> routing;
   bool stop_requested = false;     // some rank received the save-and-stop signal (stop_request.hpp) by this step
-};
-
-struct EvalResult {
-  double loss = 0;
-  double accuracy = 0;  // next-token or class accuracy over every evaluated item
-  std::int64_t items = 0;
 };
 
 struct TrainSummary {

@@ -145,6 +145,9 @@ run_input run-virtual-stages 'parallel\.virtual_pipeline_stages: schedule 1f1b' 
 run_input run-no-slots 'run: give --slots N or --hostfile FILE' -- "${set_out[@]}"
 run_input run-no-dashes 'run: put the training job after --' --slots 1
 run_input run-min-ranks 'run: 1 slots is fewer than --min-ranks 2' --slots 1 --min-ranks 2 -- "${set_out[@]}"
+run_input run-launcher-missing 'run: the launcher no-such-launcher cannot be started \(not found in PATH\); nothing was started' \
+    --slots 1 --launcher "no-such-launcher -x" -- "${set_out[@]}"
+run_input run-launcher-empty 'run: --launcher is empty' --slots 1 --launcher "" -- "${set_out[@]}"
 mkdir -p held && echo '{"step": 1}' > held/metrics.jsonl
 run_input run-out-dir-holds-run 'run: train.out_dir held already holds a run; nothing was started' --slots 1 -- \
     --set train.out_dir=held --set train.steps=2
@@ -277,6 +280,15 @@ else
   echo "ok   checkpoint-dir-of-another-run: $(grep -m 1 'already holds checkpoints' <<<"$out" | cut -c1-120)"
 fi
 
+# The run's config.json trained again elsewhere: its checkpoint.dir (ck1/checkpoints, derived from the out_dir) follows
+# the new train.out_dir, so the round trip trains (it was refused for saving into ck1's checkpoints), ck1 untouched.
+if "$cleave" train ck1/config.json --set train.out_dir=ck3 --set train.steps=1 > ck3.log 2>&1 && [ -d ck3/checkpoints ] &&
+   grep -q '"dir": "ck3/checkpoints"' ck3/config.json && [ "$before" = "$(ck_state)" ]; then
+  echo "ok   config-round-trip: ck1/config.json trained into ck3 with its checkpoints"
+else
+  echo "FAIL config-round-trip"; sed 's/^/    /' ck3.log; failures=$((failures + 1))
+fi
+
 # The other commands' own command-line errors (a required argument or option missing, a value not among the
 # choices) are bad input as train's are: exit 64 (engine/core/exit_code.hpp, ExitCode::kBadInput), nothing written.
 cmd_error() {  # NAME REGEX COMMAND ARGS...
@@ -293,6 +305,10 @@ cmd_error export-no-out 'export: --out FILE\.safetensors is required' export ck1
 cmd_error export-format "export: --format must be cleave or hf, got 'onnx'" export ck1/checkpoints --format onnx --out out
 cmd_error export-dtype "export: --dtype must be f32 or bf16, got 'f16'" export ck1/checkpoints --dtype f16 --out out
 cmd_error import-no-out 'import: --out CKPT is required' import ck1
+cmd_error import-run-dir 'import: ck1 is a Cleave run directory, not a Hugging Face model directory: cleave train --init-from ck1/checkpoints' import ck1 --out out
+cmd_error import-checkpoint 'import: ck1/checkpoints is a Cleave checkpoint, not a Hugging Face' import ck1/checkpoints --out out
+cmd_error import-a-file 'import: before\.jsonl: not a directory' import before.jsonl --out out
+cmd_error import-no-dir 'import: nope_dir: no such directory' import nope_dir --out out
 cmd_error generate-no-prompt 'generate: --prompt TEXT is required' generate ck1/checkpoints
 cmd_error report-no-dir 'report: give a run directory' report
 cmd_error profile-no-config 'profile: give the config' profile --out out
@@ -320,6 +336,9 @@ cmd_error auto-profile-missing 'parallel\.auto_schedule_profile: .*nope-profile\
 cmd_error auto-profile-not-a-profile 'parallel\.auto_schedule_profile: .*other\.json: expected an object' plan ck1/config.json --world 1 "${auto_pp[@]}" --set parallel.auto_schedule_profile=other.json
 cmd_error generate-run-dir 'generate: ck1 is not a checkpoint .*; a run directory keeps its checkpoints in ck1/checkpoints' generate ck1 --prompt x
 cmd_error export-run-dir 'export: ck1 is not a checkpoint .*; a run directory keeps its checkpoints in ck1/checkpoints' export ck1 --out out
+cmd_error simulate-schedule-dir "simulate: schedule file 'a_dir' is a directory" simulate --schedule a_dir --stages 2 --microbatches 4
+cmd_error simulate-schedule-malformed "simulate: schedule file 'text\.txt' line 1: expected 'rank N: actions\.\.\.' or 'key: value', got 'some text'" simulate --schedule text.txt --stages 2 --microbatches 4
+cmd_error train-schedule-malformed "parallel\.schedule: schedule file 'text\.txt' line 1: expected .*got 'some text'; fix the file" train --set parallel.schedule=text.txt --set train.out_dir=out
 cmd_error simulate-virtual 'simulate: schedule interleaved_1f1b runs at least 2 virtual stages per rank.*got virtual_stages 1' simulate --schedule interleaved_1f1b --stages 2 --microbatches 4 --virtual 1
 cmd_error simulate-dualpipev-m 'simulate: schedule dualpipev needs at least 8 micro-batches per step on --stages 4, got --microbatches 4' simulate --schedule dualpipev --stages 4 --microbatches 4
 cmd_error simulate-config-no-world 'simulate --config: --world N is required' simulate --config ck1/config.json
@@ -332,6 +351,9 @@ cmd_error export-out-exists 'export: --out exists\.json already exists; nothing 
 cmd_error export-hf-out-exists 'export: --out exists\.json already exists' export ck1/checkpoints --format hf --out exists.json
 cmd_error plan-write-exists 'plan: --write exists\.json exists; not overwriting it' plan ck1/config.json --world 1 --write exists.json
 cmd_error simulate-svg-exists 'simulate: --svg exists\.json already exists' simulate --schedule 1f1b --stages 2 --microbatches 4 --svg exists.json
+cmd_error plan-same-output 'plan: --write and --json both name \./same\.json: one would replace the other' plan ck1/config.json --world 1 --write same.json --json ./same.json
+cmd_error simulate-same-output 'simulate: --trace and --svg both name same\.json: one would replace the other' simulate --schedule 1f1b --stages 2 --microbatches 4 --svg same.json --trace same.json
+cmd_error simulate-config-same-output 'simulate --config: --svg and --trace both name same\.json' simulate --config ck1/config.json --world 1 --svg same.json --trace same.json
 cmd_error generate-logits-exists 'generate: --logits exists\.json already exists' generate ck1/checkpoints --prompt x --logits exists.json
 cmd_error profile-out-exists 'profile: exists\.json exists; not overwriting it' profile ck1/config.json --out exists.json
 cmd_error bench-out-exists 'bench: bench_out/bench\.json exists; not overwriting it' bench --schedules 1f1b --out bench_out
@@ -340,10 +362,19 @@ cmd_error output-under-a-file 'import: --out exists\.json/ck: exists\.json is a 
 # Option values and combinations the commands refuse before any work: bad input as well (they exited 1).
 cmd_error export-max-shard-size 'export: --max-shard-size applies to --format hf' export ck1/checkpoints --out out --max-shard-size 2GB
 cmd_error plan-trial-only 'plan: --trial-steps sets how --trial K trains the top plans' plan ck1/config.json --world 1 --trial-steps 5
+cmd_error verify-one-rank 'verify: a world of one rank trains the single-rank reference against itself.*mpirun -np 2 cleave verify' verify --steps 1
+cmd_error version-extra "version: takes no arguments, got 'extra'" version extra
+cmd_error report-no-such-dir 'report: nosuch is not a directory' report nosuch
+cmd_error report-not-a-run 'report: a_dir/metrics\.jsonl not found' report a_dir
+cmd_error plan-world-beyond-reach 'plan: --world 1000000 is more ranks than any layout of this config can use: at most [0-9]+ = tp' \
+    plan ck1/config.json --world 1000000 --profile "$src/profiles/h100_sxm.json"
+cmd_error plan-trial-launcher "plan --trial: cannot start the launcher 'no-such-launcher' \(not found in PATH\); nothing was searched" \
+    plan ck1/config.json --world 1 --trial 1 --launcher no-such-launcher
 cmd_error plan-ep-imbalance 'plan: --ep-imbalance 0\.5 is below 1' plan ck1/config.json --world 1 --ep-imbalance 0.5
 cmd_error plan-ep-no-experts 'plan: --ep-imbalance 2 prices expert parallelism, and model.type gpt has no experts' plan ck1/config.json --world 1 --ep-imbalance 2
 cmd_error simulate-stash-limits "simulate: give the auto scheduler's limit once" simulate --schedule auto --stages 2 --microbatches 4 --max-stashes 2 --memory-limit 1MiB --stash-bytes 1024
 cmd_error simulate-config-gather-dtype "simulate --config: --param-gather-dtype 'f16' is f32" simulate --config ck1/config.json --world 1 --param-gather-dtype f16
+[ -e same.json ] && { echo "FAIL same.json was written"; failures=$((failures + 1)); }
 for kept in exists.json bench_out/bench.json tok_out/train.bin; do
   [ "$(cat "$kept")" = keep ] || { echo "FAIL $kept was changed"; failures=$((failures + 1)); }
 done
@@ -362,11 +393,15 @@ bad_input resume-no-dir early '--resume no/such/dir: no such checkpoint director
     --resume no/such/dir
 bad_input resume-no-checkpoint early '--resume no_checkpoints: holds no checkpoint \(no index\.json, no step_NNNNNNN/\)' \
     --resume no_checkpoints
+bad_input resume-run-dir early '--resume ck1: holds no checkpoint \(no index\.json, no step_NNNNNNN/\); a run directory keeps its checkpoints in ck1/checkpoints' \
+    --resume ck1
 bad_input resume-weights-only late '--resume weights_only/step_0000000: this checkpoint holds weights only.*--init-from weights_only/step_0000000' \
     --resume weights_only "${hf_model[@]}"
 bad_input init-from-nan late 'hf_nan: tensor blocks\.1\.mlp\.fc\.weight holds 1 non-finite value of 384 \(first: element 48 is nan\)' \
     --init-from hf_nan
 bad_input train-profile-missing early 'profile no_such_profile\.json: cannot open it' --profile no_such_profile.json
+bad_input train-profile-other-device early "train: --profile .*h100_sxm\.json describes a cuda machine .*but this run trains on device\.type \"cpu\".*give a profile of this cpu machine" \
+    --profile "$src/profiles/h100_sxm.json"
 long_prompt=$(printf 'a%.0s' $(seq 1 40))
 cmd_error generate-logits-long 'generate: --logits needs a prompt of at most 32 tokens .*got 40; shorten the prompt' \
     generate ck1/checkpoints --prompt "$long_prompt" --logits out/logits.json
@@ -379,8 +414,12 @@ cmd_error profile-gemm-peaks 'profile --gemm: the peaks must be > 0 TFLOP/s \(--
 # Keys whose field documents that they do nothing in some layout run, and the run says so once.
 if "$cleave" train --set train.out_dir=noop --set train.steps=1 --set train.eval_interval=2 --set train.eval_batches=0 \
      --set optimizer.zero_reduce=per_step --set optimizer.momentum=0.5 --set train.report=false \
-     --set parallel.partition.method=uniform >noop.log 2>&1 &&
+     --set parallel.partition.method=uniform --set parallel.p2p_progress=thread --set checkpoint.save_final=false \
+     --set checkpoint.keep_last=2 --set parallel.grad_reduce_dtype=bf16 >noop.log 2>&1 &&
+   [ "$(grep -c 'parallel.grad_reduce_dtype bf16 has no effect: data_parallel_size x context_parallel_size is 1' noop.log)" -eq 1 ] &&
    [ "$(grep -c 'parallel.partition.method uniform has no effect: the model runs as one stage' noop.log)" -eq 1 ] &&
+   [ "$(grep -c 'parallel.p2p_progress "thread" has no effect: the world is one rank' noop.log)" -eq 1 ] &&
+   [ "$(grep -c 'checkpoint.keep_last 2 has no effect: checkpoint.interval 0 and checkpoint.save_final false save no checkpoint' noop.log)" -eq 1 ] &&
    [ "$(grep -c 'train.eval_interval 2 has no effect: train.eval_batches 0 turns evaluation off' noop.log)" -eq 1 ] &&
    [ "$(grep -c "optimizer.momentum 0.5 has no effect: it is SGD's" noop.log)" -eq 1 ] &&
    [ "$(grep -c 'optimizer.zero_reduce per_step has no effect with optimizer.zero_stage 0' noop.log)" -eq 1 ]; then

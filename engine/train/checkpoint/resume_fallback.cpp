@@ -125,8 +125,13 @@ std::optional<ResumedFrom> resume_from_checkpoint(const RunParts& run, const std
 void check_resume_argument(const std::string& resume) {
   if (resume.empty() || resume == "auto") return;
   CLEAVE_CHECK_INPUT(fs::is_directory(resume), "--resume {}: no such checkpoint directory; {}", resume, kResumeFix);
+  const fs::path checkpoints = fs::path(resume) / "checkpoints";
+  const std::string run_dir = fs::is_directory(checkpoints)
+                                  ? fmt::format("; a run directory keeps its checkpoints in {}", checkpoints.string())
+                                  : std::string();
   CLEAVE_CHECK_INPUT(is_step_dir(resume) || !checkpoint::scan_resume_candidates(resume).empty(),
-                     "--resume {}: holds no checkpoint (no index.json, no step_NNNNNNN/); {}", resume, kResumeFix);
+                     "--resume {}: holds no checkpoint (no index.json, no step_NNNNNNN/){}; {}", resume, run_dir,
+                     kResumeFix);
 }
 
 bool resume_continues_a_run(const std::string& resume, const std::string& checkpoint_root) {

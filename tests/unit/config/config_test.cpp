@@ -402,10 +402,20 @@ TEST(Config, LoadConfigFileErrors) {
   std::filesystem::remove_all(dir);
 }
 
+// A schedule file is parsed with the config: a well-formed one is accepted, a malformed one is refused naming the key,
+// the file and its line (it exited 1 once the world was up).
 TEST(Config, ScheduleFilePathIsAccepted) {
   const auto file = std::filesystem::temp_directory_path() / "cleave_config_schedule.txt";
-  std::ofstream(file) << "0F0 0B0\n";
+  std::ofstream(file) << "rank 0: 0F0 0B0\n";
   EXPECT_EQ(parse_config("{}", "x", {"parallel.schedule=" + file.string()}).parallel.schedule, file.string());
+  std::ofstream(file) << "0F0 0B0\n";
+  try {
+    parse_config("{}", "x", {"parallel.schedule=" + file.string()});
+    ADD_FAILURE() << "a malformed schedule file accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.schedule: schedule file '" + file.string() + "' line 1"),
+              std::string::npos) << e.what();
+  }
   std::filesystem::remove(file);
 }
 
@@ -644,6 +654,65 @@ TEST(Config, KeysWithoutEffectAreNamed) {
   const std::vector<std::string> adamw = notes(R"({"optimizer": {"momentum": 0.5}})");
   ASSERT_EQ(adamw.size(), 1u);
   EXPECT_NE(adamw[0].find("optimizer.momentum 0.5 has no effect: it is SGD's"), std::string::npos);
+}
+
+// Keys that do nothing in the layout the run got: one stage (a partition method), one rank (a progress thread), no
+// replica to reduce gradients over (bucket size and wire dtype). In a layout where they act, nothing is said.
+TEST(Config, KeysWithoutEffectInTheLayoutAreNamed) {
+  const RunConfig c = parse_config(R"({"parallel": {"partition": {"method": "uniform"}, "p2p_progress": "thread",
+                                                     "dp_bucket_mb": 5, "grad_reduce_dtype": "bf16"}})");
+  const std::vector<std::string> alone = keys_without_effect_in_layout(c, {1, 1, 1});
+  ASSERT_EQ(alone.size(), 4u) << fmt::format("{}", fmt::join(alone, "\n"));
+  EXPECT_EQ(alone[0].find("parallel.partition.method uniform has no effect: the model runs as one stage"), 0u);
+  EXPECT_EQ(alone[1].find("parallel.p2p_progress \"thread\" has no effect: the world is one rank"), 0u);
+  EXPECT_EQ(alone[2].find("parallel.dp_bucket_mb 5 has no effect: data_parallel_size x context_parallel_size is 1"), 0u);
+  EXPECT_EQ(alone[3].find("parallel.grad_reduce_dtype bf16 has no effect"), 0u);
+  EXPECT_TRUE(keys_without_effect_in_layout(c, {4, 2, 2}).empty());
+  // Two ranks of tensor parallelism: a progress thread has peers, but there is still no replica to reduce over.
+  EXPECT_EQ(keys_without_effect_in_layout(c, {2, 2, 1}).size(), 2u);
+  EXPECT_TRUE(keys_without_effect_in_layout(parse_config("{}"), {1, 1, 1}).empty());
+}
+
+// A run's config.json names checkpoint.dir in full (<out_dir>/checkpoints). Trained again with another
+// train.out_dir, the derived checkpoint.dir follows it (a new run, not saves into the old run's checkpoints); a
+// checkpoint.dir of the file's own, or one a --set gives, stays.
+TEST(Config, WrittenConfigRetrainedElsewhereMovesItsCheckpoints) {
+  RunConfig first = parse_config(R"({"train": {"out_dir": "runs/a"}})");
+  first.resolve(1);
+  ASSERT_EQ(first.checkpoint.dir, "runs/a/checkpoints");
+  const std::string written = to_json(first);
+  RunConfig again = parse_config(written, "runs/a/config.json", {"train.out_dir=runs/b"});
+  again.resolve(1);
+  EXPECT_EQ(again.checkpoint.dir, "runs/b/checkpoints");
+  RunConfig same = parse_config(written, "runs/a/config.json", {"train.steps=7"});
+  EXPECT_EQ(same.checkpoint.dir, "runs/a/checkpoints");  // out_dir unchanged (a resume): kept
+  RunConfig pinned = parse_config(written, "runs/a/config.json",
+                                  {"train.out_dir=runs/b", "checkpoint.dir=runs/a/checkpoints"});
+  EXPECT_EQ(pinned.checkpoint.dir, "runs/a/checkpoints");  // given on the command line: kept
+  RunConfig own = parse_config(R"({"train": {"out_dir": "runs/a"}, "checkpoint": {"dir": "/scratch/ck"}})", "c.json",
+                               {"train.out_dir=runs/b"});
+  EXPECT_EQ(own.checkpoint.dir, "/scratch/ck");  // not the derived one: kept
+}
+
+// With checkpoint.interval 0 and save_final false nothing is saved (but the preemption notice's checkpoint): the
+// keys that shape the saves are named, each once; with either save on, or at their defaults, they are not.
+TEST(Config, CheckpointKeysWithoutASaveAreNamed) {
+  const auto notes = [](const std::string& text) { return keys_without_effect(parse_config(text)); };
+  EXPECT_TRUE(notes(R"({"checkpoint": {"interval": 0, "save_final": false}})").empty());
+  EXPECT_TRUE(notes(R"({"checkpoint": {"save_final": true, "keep_last": 2, "dir": "ck", "background": false}})").empty());
+  EXPECT_TRUE(notes(R"({"checkpoint": {"interval": 5, "save_final": false, "keep_last": 2, "dir": "ck"}})").empty());
+  const std::vector<std::string> idle =
+      notes(R"({"checkpoint": {"save_final": false, "keep_last": 2, "dir": "ck", "background": false}})");
+  ASSERT_EQ(idle.size(), 3u) << fmt::format("{}", fmt::join(idle, "\n"));
+  const std::string why = "checkpoint.interval 0 and checkpoint.save_final false save no checkpoint";
+  EXPECT_EQ(idle[0].find("checkpoint.keep_last 2 has no effect: " + why), 0u) << idle[0];
+  EXPECT_EQ(idle[1].find("checkpoint.background false has no effect: " + why), 0u) << idle[1];
+  EXPECT_EQ(idle[2].find("checkpoint.dir ck receives nothing: " + why), 0u) << idle[2];
+  EXPECT_NE(idle[2].find("where --resume auto looks"), std::string::npos) << idle[2];
+  // The resolved form (config.json after a run: dir filled in as <out_dir>/checkpoints) is the default, not named.
+  RunConfig resolved = parse_config(R"({"checkpoint": {"save_final": false}, "train": {"out_dir": "r"}})");
+  resolved.resolve(1);
+  EXPECT_TRUE(keys_without_effect(resolved).empty()) << resolved.checkpoint.dir;
 }
 
 }  // namespace

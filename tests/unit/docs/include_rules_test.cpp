@@ -3,7 +3,8 @@
 //  - no header includes itself through others (a cycle among the headers of engine/, kernels/, layers/,
 //    partition/, pipeline/);
 //  - one-way folder rules: engine/train/checkpoint/ takes the Trainer's parts (RankSetup, RankModel, StepTail) as
-//    arguments and never includes the Trainer (engine/train/trainer.hpp, trainer_impl.hpp), which includes it.
+//    arguments and never includes the Trainer (engine/train/trainer.hpp, trainer_impl.hpp), which includes it; nor does
+//    the evaluation (engine/train/evaluation.*), which the Trainer calls.
 // The op seam's rule (no backend kernel header outside kernels/) is tests/unit/ops/seam_rule_test.cpp. Self-checks
 // prove the scanners find a cycle and a forbidden include (so the rules cannot pass by reading nothing).
 #include <gtest/gtest.h>
@@ -99,6 +100,9 @@ const std::vector<FolderRule> kFolderRules = {
     {"engine/train/checkpoint/",
      {"engine/train/trainer.hpp", "engine/train/trainer_impl.hpp"},
      "the Trainer includes the checkpoint code; pass it the parts (RankSetup, RankModel, StepTail, RunParts)"},
+    {"engine/train/evaluation.",
+     {"engine/train/trainer.hpp", "engine/train/trainer_impl.hpp"},
+     "the Trainer calls the evaluation; it takes RankSetup and the Executor and returns an EvalResult"},
 };
 
 std::vector<std::string> rule_violations(const IncludeGraph& graph, const std::vector<FolderRule>& rules) {

@@ -22,7 +22,7 @@ void apply_runtime_env(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
     try {
       const train::WaitPolicyChoice wait = train::omp_wait_policy_for_node();
-      setenv("OMP_WAIT_POLICY", wait.policy.c_str(), 0);
+      setenv("OMP_WAIT_POLICY", std::string(enum_name(wait.policy)).c_str(), 0);
       set = fmt::format("OMP_WAIT_POLICY={} ({})", wait.policy, wait.reason);
     } catch (const std::exception&) {
       // A malformed launcher variable: the thread placement reports it, with its name, once MPI is up.

@@ -1,7 +1,7 @@
 // The enum-valued config keys: each is an enum class with one name table (engine/core/enum_names.hpp) that
 // the reader, the writer, error messages and suggestions use. Text is parsed once, in config.cpp's reader;
 // everything after compares enums. Enums owned by a lower layer (the model family, recomputation, the
-// partition method, precision, device type, MPI progress) are named here from where they live.
+// partition method, precision, device type, MPI progress, the moe router) are named here from where they live.
 //
 // Extending: add the value to the enum and its table; the round-trip test (tests/unit/config/enums_test.cpp)
 // covers every table, and config.cpp's reader lists the new name in "is not one of" messages by itself.
@@ -15,6 +15,7 @@
 #include "kernels/ops/cpu_blas.hpp"
 #include "kernels/ops/precision.hpp"
 #include "partition/cost_model.hpp"
+#include "partition/families/moe.hpp"
 #include "partition/model_spec.hpp"
 #include "partition/stage_partitioner.hpp"
 
@@ -24,6 +25,7 @@ using partition::Activation;       // model.activation: relu | gelu
 using partition::ModelType;        // model.type: gpt | mlp | cnn
 using partition::PartitionMethod;  // parallel.partition.method: cost | uniform | parameters | manual
 using partition::Recompute;        // train.recompute: none | selective | full
+using partition::RouterKind;       // model.router: softmax | sigmoid
 using ops::Precision;              // device.precision: fp32 | bf16
 using ops::CpuBlas;                // device.blas: auto | openblas | blis | onednn
 using comm::P2PProgress;           // parallel.p2p_progress: auto | thread | off

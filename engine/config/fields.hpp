@@ -55,7 +55,7 @@ using FieldMember =
                  CommBackend Section::*, P2PProgress Section::*, OptimizerType Section::*,
                  LrScheduleType Section::*, Recompute Section::*, DataType Section::*,
                  TokenFileFormat Section::*, DeviceType Section::*, Precision Section::*, Activation Section::*,
-                 CpuBlas Section::*>;
+                 CpuBlas Section::*, RouterKind Section::*>;
 
 template <typename Section>
 struct Field {
@@ -288,7 +288,7 @@ inline constexpr std::array<Field<MoeConfig>, 23> kMoeFields = {{
      "experts every token runs through, unweighted (Qwen2-MoE, DeepSeek)", 0, kMaxCount},
     {"shared_expert_gate", &MoeConfig::shared_expert_gate, FieldKind::kBoolean,
      "the shared experts' output scaled per token by sigmoid(x · w), w [1, d_model] (Qwen2-MoE)"},
-    {"router", &MoeConfig::router, FieldKind::kString, "router kind: softmax (top-k) or sigmoid (with balancing bias)"},
+    {"router", &MoeConfig::router, FieldKind::kChoice, "router kind: softmax (top-k) or sigmoid (with balancing bias)"},
     {"normalize_top_k", &MoeConfig::normalize_top_k, FieldKind::kBoolean,
      "divide each token's k routing weights by their sum"},
     {"aux_loss_coef", &MoeConfig::aux_loss_coef, FieldKind::kNumber, "load-balancing loss coefficient (0: off)", 0, 0,

@@ -6,7 +6,8 @@
 //   }
 // Then enum_name(value) gives its text, enum_from_name<E>(text) the value (nullopt when unknown),
 // parse_enum<E>(text, key) the value or a ConfigKeyError on `key` that lists the allowed names (and the
-// closest one), and fmt prints the value as its name, so messages read as they did when these were strings.
+// closest one; an enum that declares `std::string enum_refusal(E, std::string_view text)` beside its table words
+// that error itself), and fmt prints the value as its name, so messages read as they did when these were strings.
 // Invariant: every value of the enum appears once in its table and no two values share a name (the unit test
 // tests/unit/config/enums_test.cpp round-trips every table).
 #pragma once
@@ -14,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <limits>
 #include <optional>
@@ -34,6 +36,12 @@ struct EnumName {
 
 template <typename E>
 concept NamedEnum = std::is_enum_v<E> && requires(E e) { enum_names(e); };
+
+// An enum that words its own refusal of an unknown name (what each value means, say), found by ADL.
+template <typename E>
+concept RefusalWorded = requires(E e, std::string_view text) {
+  { enum_refusal(e, text) } -> std::convertible_to<std::string>;
+};
 
 template <NamedEnum E>
 constexpr auto enum_table() {
@@ -75,11 +83,12 @@ std::string_view enum_closest(std::string_view text) {
   return best <= 2 ? closest : std::string_view();
 }
 
-// The value named `text`; otherwise a ConfigKeyError on `key`:
+// The value named `text`; otherwise a ConfigKeyError on `key`: the enum's enum_refusal when it has one, else
 // "\"rnn\" is not one of \"gpt\", \"mlp\", \"cnn\"" plus " (did you mean \"adamw\"?)" for a near miss.
 template <NamedEnum E>
 E parse_enum(std::string_view text, std::string_view key) {
   if (const auto value = enum_from_name<E>(text)) return *value;
+  if constexpr (RefusalWorded<E>) throw ConfigKeyError(std::string(key), enum_refusal(E{}, text));
   const std::string_view closest = enum_closest<E>(text);
   throw ConfigKeyError(std::string(key), fmt::format("\"{}\" is not one of {}{}", text, enum_choices<E>(),
                                                      closest.empty() ? std::string()

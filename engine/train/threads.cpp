@@ -61,7 +61,7 @@ WaitPolicyChoice choose_omp_wait_policy(int ranks_on_node, int threads, int core
   const long long demand =
       static_cast<long long>(std::max(1, ranks_on_node)) * std::max(1, threads) + std::max(0, busy_elsewhere);
   const bool shared = demand > std::max(1, cores);
-  return {shared ? "passive" : "active",
+  return {shared ? OmpWaitPolicy::kPassive : OmpWaitPolicy::kActive,
           fmt::format("{} rank(s) x {} thread(s) on {} core(s), {} busy elsewhere at start: {}",
                       std::max(1, ranks_on_node), std::max(1, threads), std::max(1, cores), std::max(0, busy_elsewhere),
                       shared ? "cores shared, idle threads sleep" : "no core shared, idle threads spin")};

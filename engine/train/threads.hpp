@@ -23,9 +23,12 @@
 // process is not seen: export OMP_WAIT_POLICY=passive on a machine shared with later work.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include "engine/core/enum_names.hpp"
 
 namespace cleave::train {
 
@@ -42,10 +45,16 @@ struct ThreadPlacement {
 // `online` = the node's online cores, `forced` = CLEAVE_THREADS (<= 0: not set).
 int threads_per_rank(int usable, int online, int ranks_on_node, int forced);
 
-// "active" when ranks_on_node x threads_per_rank + busy_elsewhere <= cores (no thread shares a core), else
-// "passive". busy_elsewhere: threads of other processes that were runnable at start. Pure.
+// OMP_WAIT_POLICY's values, by the names the variable takes.
+enum class OmpWaitPolicy { kActive, kPassive };
+constexpr std::array<EnumName<OmpWaitPolicy>, 2> enum_names(OmpWaitPolicy) {
+  return {{{OmpWaitPolicy::kActive, "active"}, {OmpWaitPolicy::kPassive, "passive"}}};
+}
+
+// kActive when ranks_on_node x threads_per_rank + busy_elsewhere <= cores (no thread shares a core), else
+// kPassive. busy_elsewhere: threads of other processes that were runnable at start. Pure.
 struct WaitPolicyChoice {
-  std::string policy;  // "active" or "passive": the OMP_WAIT_POLICY value
+  OmpWaitPolicy policy = OmpWaitPolicy::kPassive;
   std::string reason;  // "1 rank(s) x 2 thread(s) on 2 core(s), 0 busy elsewhere: no core shared, ..."
 };
 WaitPolicyChoice choose_omp_wait_policy(int ranks_on_node, int threads_per_rank, int cores, int busy_elsewhere);

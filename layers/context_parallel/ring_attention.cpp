@@ -194,6 +194,93 @@ Tensor assemble_out(Context& ctx, const ForwardResult& r) {
   return out;
 }
 
+// The forward's tensors the backward reads: recomputed from the stashed qkv, or the stashed ones themselves.
+ForwardResult stashed_forward(Context& ctx, const RingHeads& heads, bool recompute, const Stash& stash,
+                              const std::string& who) {
+  if (recompute) return run_forward(ctx, stash_at(stash, 0, who), heads, who);
+  ForwardResult r;
+  for (int k = 0; k < kChunks; ++k) {
+    r.q[k] = stash_at(stash, static_cast<std::size_t>(k), who);
+    r.own.k[k] = stash_at(stash, static_cast<std::size_t>(2 + k), who);
+    r.own.v[k] = stash_at(stash, static_cast<std::size_t>(4 + k), who);
+    r.out[k] = stash_at(stash, static_cast<std::size_t>(6 + k), who);
+    r.lse[k] = stash_at(stash, static_cast<std::size_t>(8 + k), who);
+  }
+  return r;
+}
+
+// What the backward holds from its first step to the assembly of dqkv. In f32 like the forward: q, out, dout
+// widened (the stashed out is the rounded one the layer returned, as a one-rank run's backward reads it); dq and
+// the travelling dK/dV accumulate in f32 and are rounded once at home.
+struct BackwardState {
+  std::array<Tensor, kChunks> d_out, dq, q32, out32;
+  KvBlocks dkv;  // the gradient of the held block, travelling with it
+};
+
+BackwardState backward_state(Context& ctx, const Tensor& dout, const ForwardResult& r, const Geometry& g) {
+  BackwardState s;
+  for (int k = 0; k < kChunks; ++k) {
+    s.d_out[k] = widened(ctx, take(ctx, dout, 0, g.q_cols(), k * g.c, g.c));
+    s.q32[k] = widened(ctx, r.q[k]);
+    s.out32[k] = widened(ctx, r.out[k]);
+    s.dq[k] = new_activation(ctx, r.q[k].shape(), DType::kF32);
+    ops::fill(ctx, s.dq[k], 0.0f);
+    s.dkv.k[k] = Tensor::empty(r.own.k[k].shape(), DType::kF32, MemoryCategory::kCommunication, *ctx.allocator);
+    s.dkv.v[k] = Tensor::empty(r.own.v[k].shape(), DType::kF32, MemoryCategory::kCommunication, *ctx.allocator);
+    ops::fill(ctx, s.dkv.k[k], 0.0f);
+    ops::fill(ctx, s.dkv.v[k], 0.0f);
+  }
+  return s;
+}
+
+// `dkv` sent on to rank + 1 once this rank has added to it, and rank - 1's received in its place (after cp hops
+// a block's gradient is home).
+KvBlocks pass_on(Context& ctx, const KvBlocks& dkv) {
+  KvBlocks dkv_next = empty_like(ctx, dkv);
+  const comm::WorkPtr hop = rotate(ctx, flat(dkv), flat(dkv_next));
+  const CommWaitTimer timer(ctx, CommKind::kContextParallel);
+  hop->wait();
+  return dkv_next;
+}
+
+// Ring step `step`: the next block posted, the gradients of every visible pair with the `held` block (from rank
+// - step) added to dq and to the block's travelling dK/dV, those passed on, and `held` replaced by the next block.
+void backward_step(Context& ctx, const Geometry& g, int step, const ForwardResult& r, BackwardState& s,
+                   KvBlocks& held) {
+  const int src = (g.rank - step + g.cp) % g.cp;
+  KvBlocks next;
+  comm::WorkPtr in_flight;
+  if (step + 1 < g.cp) {
+    next = empty_like(ctx, held);
+    in_flight = rotate(ctx, flat(held), flat(next));
+  }
+  const KvBlocks held32 = widened(ctx, held);
+  for_each_visible_pair(g, src, [&](int k, int m, BlockParams p) {
+    p.accumulate_grads = true;
+    ops::attention_backward(ctx, s.q32[k], held32.k[m], held32.v[m], s.out32[k], r.lse[k], s.d_out[k], s.dq[k],
+                            s.dkv.k[m], s.dkv.v[m], p);
+  });
+  s.dkv = pass_on(ctx, s.dkv);
+  if (in_flight) {
+    const CommWaitTimer timer(ctx, CommKind::kContextParallel);
+    in_flight->wait();
+    held = next;
+  }
+}
+
+// dq, dK and dV of both chunks rounded to `dtype` and placed as one [B, Tl, q | k | v] gradient of qkv.
+Tensor assemble_dqkv(Context& ctx, const Geometry& g, const BackwardState& s, DType dtype) {
+  const std::int64_t tl = kChunks * g.c;
+  Tensor dqkv = new_activation(ctx, Shape{g.b, tl, g.q_cols() + 2 * g.kv_cols()}, dtype);
+  for (int k = 0; k < kChunks; ++k) {
+    put(ctx, converted(ctx, s.dq[k], dtype, MemoryCategory::kWorkspace), dqkv, 0, k * g.c);
+    put(ctx, converted(ctx, s.dkv.k[k], dtype, MemoryCategory::kWorkspace), dqkv, g.q_cols(), k * g.c);
+    put(ctx, converted(ctx, s.dkv.v[k], dtype, MemoryCategory::kWorkspace), dqkv, g.q_cols() + g.kv_cols(),
+        k * g.c);
+  }
+  return dqkv;
+}
+
 }  // namespace
 
 Tensor ring_attention_forward(Context& ctx, const Tensor& qkv, const RingHeads& heads, bool recompute, Stash& stash,
@@ -209,75 +296,16 @@ Tensor ring_attention_forward(Context& ctx, const Tensor& qkv, const RingHeads& 
   return out;
 }
 
+// The forward's tensors and the backward's working set live to the end (the memory plan counts them so).
 Tensor ring_attention_backward(Context& ctx, const Tensor& dout, const RingHeads& heads, bool recompute, Stash& stash,
                                const std::string& who) {
-  ForwardResult r;
-  if (recompute) {
-    r = run_forward(ctx, stash_at(stash, 0, who), heads, who);
-  } else {
-    for (int k = 0; k < kChunks; ++k) {
-      r.q[k] = stash_at(stash, static_cast<std::size_t>(k), who);
-      r.own.k[k] = stash_at(stash, static_cast<std::size_t>(2 + k), who);
-      r.own.v[k] = stash_at(stash, static_cast<std::size_t>(4 + k), who);
-      r.out[k] = stash_at(stash, static_cast<std::size_t>(6 + k), who);
-      r.lse[k] = stash_at(stash, static_cast<std::size_t>(8 + k), who);
-    }
-  }
+  const ForwardResult r = stashed_forward(ctx, heads, recompute, stash, who);
   stash.tensors.clear();
   const Geometry g = geometry(ctx, dout.dim(0), dout.dim(1), heads, who);
-  // In f32 like the forward: q, out, dout widened (the stashed out is the rounded one the layer returned, as a
-  // one-rank run's backward reads it); dq and the travelling dK/dV accumulate in f32 and are rounded once at home.
-  std::array<Tensor, kChunks> d_out, dq, q32, out32;
-  KvBlocks dkv;  // the gradient of the held block, travelling with it
-  for (int k = 0; k < kChunks; ++k) {
-    d_out[k] = widened(ctx, take(ctx, dout, 0, g.q_cols(), k * g.c, g.c));
-    q32[k] = widened(ctx, r.q[k]);
-    out32[k] = widened(ctx, r.out[k]);
-    dq[k] = new_activation(ctx, r.q[k].shape(), DType::kF32);
-    ops::fill(ctx, dq[k], 0.0f);
-    dkv.k[k] = Tensor::empty(r.own.k[k].shape(), DType::kF32, MemoryCategory::kCommunication, *ctx.allocator);
-    dkv.v[k] = Tensor::empty(r.own.v[k].shape(), DType::kF32, MemoryCategory::kCommunication, *ctx.allocator);
-    ops::fill(ctx, dkv.k[k], 0.0f);
-    ops::fill(ctx, dkv.v[k], 0.0f);
-  }
+  BackwardState s = backward_state(ctx, dout, r, g);
   KvBlocks held = r.own;
-  for (int step = 0; step < g.cp; ++step) {
-    const int src = (g.rank - step + g.cp) % g.cp;
-    KvBlocks next;
-    comm::WorkPtr in_flight;
-    if (step + 1 < g.cp) {
-      next = empty_like(ctx, held);
-      in_flight = rotate(ctx, flat(held), flat(next));
-    }
-    const KvBlocks held32 = widened(ctx, held);
-    for_each_visible_pair(g, src, [&](int k, int m, BlockParams p) {
-      p.accumulate_grads = true;
-      ops::attention_backward(ctx, q32[k], held32.k[m], held32.v[m], out32[k], r.lse[k], d_out[k], dq[k], dkv.k[m],
-                              dkv.v[m], p);
-    });
-    // The gradient travels on once this rank has added to it; after cp hops it is home.
-    KvBlocks dkv_next = empty_like(ctx, dkv);
-    const comm::WorkPtr hop = rotate(ctx, flat(dkv), flat(dkv_next));
-    {
-      const CommWaitTimer timer(ctx, CommKind::kContextParallel);
-      hop->wait();
-    }
-    dkv = dkv_next;
-    if (in_flight) {
-      const CommWaitTimer timer(ctx, CommKind::kContextParallel);
-      in_flight->wait();
-      held = next;
-    }
-  }
-  const std::int64_t tl = kChunks * g.c;
-  Tensor dqkv = new_activation(ctx, Shape{g.b, tl, g.q_cols() + 2 * g.kv_cols()}, dout.dtype());
-  for (int k = 0; k < kChunks; ++k) {
-    put(ctx, converted(ctx, dq[k], dqkv.dtype(), MemoryCategory::kWorkspace), dqkv, 0, k * g.c);
-    put(ctx, converted(ctx, dkv.k[k], dqkv.dtype(), MemoryCategory::kWorkspace), dqkv, g.q_cols(), k * g.c);
-    put(ctx, converted(ctx, dkv.v[k], dqkv.dtype(), MemoryCategory::kWorkspace), dqkv, g.q_cols() + g.kv_cols(),
-        k * g.c);
-  }
-  return dqkv;
+  for (int step = 0; step < g.cp; ++step) backward_step(ctx, g, step, r, s, held);
+  return assemble_dqkv(ctx, g, s, dout.dtype());
 }
 
 }  // namespace cleave::layers

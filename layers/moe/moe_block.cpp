@@ -41,7 +41,7 @@ std::unique_ptr<TransformerBlock> make_moe_block(const partition::BlockSpec& b, 
   auto attn = make_llama_attention(b, init, tp_size, tp_rank);  // llama's (q/k norms where b.qk_norm: Qwen3-MoE)
   auto mlp_norm = std::make_unique<RmsNorm>(p + ".mlp_norm", d, eps, init);
   RouterOptions router;
-  router.kind = partition::router_kind(config.router);
+  router.kind = config.router;
   router.experts = b.n_experts;
   router.top_k = b.top_k;
   router.normalize = config.normalize_top_k;

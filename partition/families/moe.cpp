@@ -13,13 +13,10 @@
 
 namespace cleave::partition {
 
-RouterKind router_kind(const std::string& name) {
-  if (name == "softmax") return RouterKind::kSoftmax;
-  if (name == "sigmoid") return RouterKind::kSigmoid;
-  throw ConfigKeyError("model.router",
-                       fmt::format("\"{}\" is not a router kind; use \"softmax\" (softmax top-k, Mixtral / "
-                                   "Qwen3-MoE) or \"sigmoid\" (sigmoid scores with a balancing bias, DeepSeek-V3)",
-                                   name));
+std::string enum_refusal(RouterKind, std::string_view text) {
+  return fmt::format("\"{}\" is not a router kind; use \"softmax\" (softmax top-k, Mixtral / Qwen3-MoE) or "
+                     "\"sigmoid\" (sigmoid scores with a balancing bias, DeepSeek-V3)",
+                     text);
 }
 
 ForcedRouting forced_routing(const std::string& text, std::int64_t n_experts, std::int64_t top_k) {
@@ -61,7 +58,7 @@ MoeConfig moe_defaults(MoeConfig config) {
 }
 
 void check_bias_update_sharding(const MoeConfig& config, int zero_stage, std::int64_t dp, std::int64_t cp) {
-  CLEAVE_CHECK_KEY(router_kind(config.router) != RouterKind::kSigmoid || config.bias_update_rate == 0.0 ||
+  CLEAVE_CHECK_KEY(config.router != RouterKind::kSigmoid || config.bias_update_rate == 0.0 ||
                        zero_stage != 3 || dp * cp == 1,
                    "model.bias_update_rate",
                    "{} moves the sigmoid router's bias after every step on every rank that holds it, and "
@@ -82,7 +79,6 @@ ModelSpec make_moe_spec(const MoeConfig& given) {
   CLEAVE_CHECK_KEY(!given.shared_expert_gate || given.n_shared_experts > 0, "model.shared_expert_gate",
                    "is true but model.n_shared_experts is 0: the gate scales the shared experts' output; set "
                    "n_shared_experts > 0 or shared_expert_gate false");
-  router_kind(given.router);
   forced_routing(given.forced_routing, given.n_experts, given.top_k);
   CLEAVE_CHECK_KEY(given.aux_loss_coef >= 0.0, "model.aux_loss_coef", "must be >= 0, got {}", given.aux_loss_coef);
   CLEAVE_CHECK_KEY(given.z_loss_coef >= 0.0, "model.z_loss_coef", "must be >= 0, got {}", given.z_loss_coef);
@@ -91,7 +87,7 @@ ModelSpec make_moe_spec(const MoeConfig& given) {
   // The rate moves the sigmoid router's selection bias; the softmax router has none, so a rate set for it would be
   // accepted and do nothing. The default (written into every resolved config) and 0 (off) stay accepted.
   const double default_rate = MoeConfig{}.bias_update_rate;
-  CLEAVE_CHECK_KEY(router_kind(given.router) == RouterKind::kSigmoid || given.bias_update_rate == 0.0 ||
+  CLEAVE_CHECK_KEY(given.router == RouterKind::kSigmoid || given.bias_update_rate == 0.0 ||
                        given.bias_update_rate == default_rate,
                    "model.bias_update_rate",
                    "{} moves the sigmoid router's selection bias, and model.router is \"{}\" (no bias): set "
@@ -108,7 +104,7 @@ ModelSpec make_moe_spec(const MoeConfig& given) {
     b.top_k = config.top_k;
     b.n_shared_experts = config.n_shared_experts;
     b.shared_expert_gate = config.shared_expert_gate;
-    b.router_bias = router_kind(config.router) == RouterKind::kSigmoid;
+    b.router_bias = config.router == RouterKind::kSigmoid;
     b.aux_loss = config.aux_loss_coef > 0.0;
   }
   return spec;

@@ -25,10 +25,13 @@
 // Block order: as llama's, with moe blocks in place of llama blocks (names "blocks.<i>").
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "engine/core/dtype.hpp"
+#include "engine/core/enum_names.hpp"
 #include "partition/families/llama.hpp"
 
 namespace cleave::partition {
@@ -39,13 +42,21 @@ enum class Recompute;  // partition/cost_model.hpp
 struct Family;
 struct BlockRules;
 
+// The router kinds model.router names (see "Routers" above).
+enum class RouterKind { kSoftmax, kSigmoid };
+constexpr std::array<EnumName<RouterKind>, 2> enum_names(RouterKind) {
+  return {{{RouterKind::kSoftmax, "softmax"}, {RouterKind::kSigmoid, "sigmoid"}}};
+}
+// The refusal of an unknown model.router (parse_enum): the kinds there are and the models that use each.
+std::string enum_refusal(RouterKind, std::string_view text);
+
 // The llama keys (ffn_hidden_size: each expert's SwiGLU width) and the mixture's.
 struct MoeConfig : LlamaConfig {
   std::int64_t n_experts = 4;         // E routed experts per block
   std::int64_t top_k = 2;             // experts per token (<= n_experts)
   std::int64_t n_shared_experts = 0;  // always-on experts (one SwiGLU of n_shared_experts x ffn_hidden_size)
   bool shared_expert_gate = false;    // the shared experts' output scaled by sigmoid(x · w), w [1, D] (Qwen2-MoE)
-  std::string router = "softmax";     // "softmax" | "sigmoid"
+  RouterKind router = RouterKind::kSoftmax;
   bool normalize_top_k = true;        // the k weights divided by their sum
   double aux_loss_coef = 0.01;        // load-balancing loss (0: off)
   double z_loss_coef = 0.0;           // router z-loss (0: off)
@@ -72,11 +83,6 @@ struct ForcedRouting {
 };
 // Throws ConfigKeyError naming model.forced_routing, the workloads there are and the sizes at fault.
 ForcedRouting forced_routing(const std::string& text, std::int64_t n_experts, std::int64_t top_k);
-
-// The router kinds model.router names.
-enum class RouterKind { kSoftmax, kSigmoid };
-// Throws ConfigKeyError naming model.router and the kinds there are unless `name` is one.
-RouterKind router_kind(const std::string& name);
 
 // `config` with llama's defaults resolved (n_kv_heads, ffn_hidden_size).
 MoeConfig moe_defaults(MoeConfig config);

@@ -14,17 +14,15 @@
 #include "engine/core/tensor.hpp"
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/train/trainer.hpp"
+#include "support/layout_overrides.hpp"
 
 namespace cleave::testing {
 
-// Tolerance for the pp layouts (5e-6 relative, the bound pipeline_equivalence_test.cpp uses; observed
-// <= 1.5e-6 after 6 SGD steps). SGD with momentum is the default because AdamW turns rounding noise in
-// exactly-zero gradients into lr-sized steps; AdamW is compared where results are bit-identical.
-inline constexpr double kRounding = 5e-6;
+// Tolerance for the pp layouts: kRounding (support/layout_overrides.hpp, with pp(); observed <= 1.5e-6 after 6
+// SGD steps). SGD with momentum is the default because AdamW turns rounding noise in exactly-zero gradients into
+// lr-sized steps; AdamW is compared where results are bit-identical.
 // parallel.dp_bucket_mb = 0.01: the 3072-float attention weights get a bucket each, about 40 buckets per rank.
 inline const std::string kTinyBuckets = "parallel.dp_bucket_mb=0.01";
-
-inline std::string pp(int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); }
 
 // Deterministic random token ids in [0, vocab) for this rank.
 inline Tensor random_tokens(std::int64_t rows, std::int64_t cols, std::int64_t vocab, unsigned seed) {

@@ -36,14 +36,13 @@
 #include "engine/run_plan/memory_plan.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "support/layout_compare.hpp"
+#include "support/layout_overrides.hpp"
 #include "support/memory_compare.hpp"
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
 namespace {
-
-constexpr double kTensorParallel = 2e-5;  // tests/e2e/moe_equivalence_test.cpp's tp bound
 
 config::RunConfig tiny_moe(std::int64_t steps, const std::vector<std::string>& overrides) {
   return tiny_ep_moe_zero("tiny_moe_np8", steps, overrides);

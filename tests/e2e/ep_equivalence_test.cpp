@@ -35,6 +35,7 @@
 #include "engine/train/collectives.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "support/layout_compare.hpp"
+#include "support/layout_overrides.hpp"
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
@@ -241,8 +242,6 @@ TEST(EpCheckpoint, SavedAtEpResumesAtEpOneAndAtEp) {
     if (world->rank() == 0) fs::remove_all(root);
   }
 }
-
-constexpr double kTensorParallel = 2e-5;  // tests/e2e/moe_equivalence_test.cpp's tp bound
 
 const std::string kTp2 = "parallel.tensor_model_parallel_size=2";
 // Against one rank: SGD, as tests/e2e/moe_equivalence_test.cpp (AdamW's m / sqrt(v) turns a rounding difference in a

@@ -21,21 +21,14 @@
 #include "engine/train/rank_setup.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "support/layout_compare.hpp"
+#include "support/layout_overrides.hpp"
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
 namespace {
 
-constexpr double kRounding = 5e-6;
-constexpr double kTensorParallel = 2e-5;
-constexpr double kBf16TensorParallel = 3e-2;  // max |diff| / the tensor's largest magnitude
-constexpr double kBf16TensorParallelLoss = 1e-3;
-
 std::vector<LayoutCase> layouts_for(int world) {
-  auto pp = [](int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); };
-  auto tp = [](int t) { return "parallel.tensor_model_parallel_size=" + std::to_string(t); };
-  auto schedule = [](const char* name) { return std::string("parallel.schedule=") + name; };
   const std::string tied = "model.tie_embeddings=true", bf16 = "device.precision=bf16", qk_norm = "model.qk_norm=true";
   const Bound exact = Bound::bit_exact(), rounding = Bound::relative(kRounding);
   const Bound tensor_parallel = Bound::relative(kTensorParallel);
@@ -68,7 +61,6 @@ std::vector<LayoutCase> layouts_for(int world) {
   }
   return {};
 }
-
 
 TEST(LlamaEquivalence, EveryLayoutMatchesOneRank) {
   auto world = make_world(/*deterministic=*/true);

@@ -19,16 +19,16 @@
 
 #include "mpi/mpi_test_env.hpp"
 #include "support/layout_compare.hpp"
+#include "support/layout_overrides.hpp"
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
 namespace {
 
-// Parameters: max |difference| over the tensor's largest magnitude, <= 3e-2 (about 8 bf16 units of 2^-8;
-// observed 9.6e-3 after 6 steps). Losses: <= 1e-3 relative (observed 2.2e-5).
-constexpr double kBf16TensorParallel = 3e-2;
-constexpr double kBf16TensorParallelLoss = 1e-3;
+// bf16 tensor parallel within kBf16TensorParallel (support/layout_overrides.hpp): parameters' max |difference|
+// over the tensor's largest magnitude <= 3e-2, about 8 bf16 units of 2^-8 (observed 9.6e-3 after 6 steps);
+// losses <= 1e-3 relative (observed 2.2e-5).
 // bf16 against fp32, per step over 12 steps: <= 1e-3 relative, a quarter of one bf16 unit on the loss
 // (observed 2.6e-5: the loss and softmax statistics are f32, only their inputs are rounded).
 constexpr double kBf16VsFp32 = 1e-3;
@@ -41,8 +41,6 @@ config::RunConfig bf16_gpt(const std::vector<std::string>& overrides) {
 }
 
 std::vector<LayoutCase> layouts_for(int world) {
-  auto pp = [](int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); };
-  auto tp = [](int t) { return "parallel.tensor_model_parallel_size=" + std::to_string(t); };
   const std::string untied = "model.tie_embeddings=false";
   const Bound exact = Bound::bit_exact(), scaled = Bound::scaled(kBf16TensorParallel, kBf16TensorParallelLoss);
   if (world == 2) {
@@ -57,7 +55,6 @@ std::vector<LayoutCase> layouts_for(int world) {
   }
   return {};
 }
-
 
 TEST(MixedPrecision, EveryLayoutMatchesOneBf16Rank) {
   auto world = make_world(/*deterministic=*/true);

@@ -34,6 +34,7 @@
 #include "mpi/mpi_test_env.hpp"
 #include "support/counting_communicator.hpp"
 #include "support/layout_compare.hpp"
+#include "support/layout_overrides.hpp"
 #include "support/memory_compare.hpp"
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
@@ -41,15 +42,7 @@
 namespace cleave::testing {
 namespace {
 
-constexpr double kRounding = 5e-6;
-constexpr double kTensorParallel = 2e-5;
-constexpr double kBf16TensorParallel = 3e-2;  // max |diff| / the tensor's largest magnitude
-constexpr double kBf16TensorParallelLoss = 1e-3;
-
 std::vector<LayoutCase> layouts_for(int world) {
-  auto pp = [](int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); };
-  auto tp = [](int t) { return "parallel.tensor_model_parallel_size=" + std::to_string(t); };
-  auto schedule = [](const char* name) { return std::string("parallel.schedule=") + name; };
   const std::string sp = "parallel.sequence_parallel=true", bf16 = "device.precision=bf16";
   const std::string sigmoid = "model.router=sigmoid", shared = "model.n_shared_experts=1", qk_norm = "model.qk_norm=true";
   const Bound exact = Bound::bit_exact(), rounding = Bound::relative(kRounding);
@@ -126,7 +119,6 @@ TEST(MoeEquivalence, EveryLayoutMatchesOneRank) {
   };
   expect_every_layout_matches_one_rank(*world, layouts, tiny_moe, "moe", 34, plain_reference, check);
 }
-
 
 // Context parallelism's count exchange (layers/moe/balance_exchange.hpp) is posted once per moe block and
 // micro-batch, whatever the schedule (B, or I and W apart; DualPipeV's overlapped pairs) and recomputation: a fully

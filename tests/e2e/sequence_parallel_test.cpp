@@ -28,15 +28,12 @@
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/train/collectives.hpp"
 #include "mpi/mpi_test_env.hpp"
+#include "support/layout_overrides.hpp"
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
 namespace {
-
-constexpr double kTensorParallel = 2e-5;
-constexpr double kBf16TensorParallel = 3e-2;      // max |diff| / max |value| per tensor
-constexpr double kBf16TensorParallelLoss = 1e-3;  // relative, per step
 
 const std::string kSp = "parallel.sequence_parallel=true";
 
@@ -47,8 +44,6 @@ struct Layout {
 };
 
 std::vector<Layout> layouts_for(int world) {
-  auto tp = [](int t) { return "parallel.tensor_model_parallel_size=" + std::to_string(t); };
-  auto pp = [](int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); };
   const std::string untied = "model.tie_embeddings=false";
   if (world == 2) {
     return {{"tp2", {tp(2)}},
@@ -72,8 +67,6 @@ std::vector<Layout> layouts_for(int world) {
 }
 
 std::vector<Layout> llama_layouts_for(int world) {
-  auto tp = [](int t) { return "parallel.tensor_model_parallel_size=" + std::to_string(t); };
-  auto pp = [](int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); };
   const std::string tied = "model.tie_embeddings=true";
   if (world == 2) {
     return {{"llama_tp2_untied", {tp(2)}},
@@ -90,7 +83,6 @@ std::vector<Layout> llama_layouts_for(int world) {
   }
   return {};
 }
-
 
 // Compares `sp` with `reference`; returns (loss diff, param diff) and checks them against the layout's bounds.
 std::pair<double, double> expect_close(const Layout& layout, const RunRecord& sp, const RunRecord& reference,

@@ -99,7 +99,7 @@ std::optional<ResumedFrom> resume_from_checkpoint(const RunParts& run, const std
                                                   const std::string& checkpoint_root,
                                                   const std::vector<std::string>& allowed) {
   std::optional<ResumedFrom> out;
-  if (resume == "auto") {
+  if (resume == kResumeAuto) {
     out = newest_intact(run, checkpoint_root, resume, allowed);
     if (!out && run.setup.reports()) {
       log::info("checkpoint: --resume auto found no checkpoint under {}; starting fresh", checkpoint_root);
@@ -123,7 +123,7 @@ std::optional<ResumedFrom> resume_from_checkpoint(const RunParts& run, const std
 }
 
 void check_resume_argument(const std::string& resume) {
-  if (resume.empty() || resume == "auto") return;
+  if (resume.empty() || resume == kResumeAuto) return;
   CLEAVE_CHECK_INPUT(fs::is_directory(resume), "--resume {}: no such checkpoint directory; {}", resume, kResumeFix);
   const fs::path checkpoints = fs::path(resume) / "checkpoints";
   const std::string run_dir = fs::is_directory(checkpoints)
@@ -136,7 +136,7 @@ void check_resume_argument(const std::string& resume) {
 
 bool resume_continues_a_run(const std::string& resume, const std::string& checkpoint_root) {
   if (resume.empty()) return false;
-  if (resume != "auto") return true;
+  if (resume != kResumeAuto) return true;
   for (const ResumeCandidate& c : checkpoint::scan_resume_candidates(checkpoint_root)) {
     if (c.state != CandidateState::kUnfinished) return true;
   }

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/train/checkpoint/config_change.hpp"
@@ -32,6 +33,9 @@ struct RunParts {
   RankModel& model;
   StepTail& tail;
 };
+
+// The --resume keyword (the other values are paths): the newest intact checkpoint under the run's root.
+inline constexpr std::string_view kResumeAuto = "auto";
 
 struct ResumedFrom {
   std::string dir;  // the step directory loaded

@@ -63,6 +63,23 @@ TEST(ConfigEnums, EveryNameTableRoundTrips) {
   expect_round_trip<partition::Collective>("profile measured collective", 3);
 }
 
+// An enum with its own refusal (enum_refusal, model.router's) round-trips its names like the others and words the
+// error on an unknown one itself, still naming the key and every kind.
+TEST(ConfigEnums, AnEnumsOwnRefusalReplacesTheList) {
+  for (const RouterKind kind : {RouterKind::kSoftmax, RouterKind::kSigmoid}) {
+    EXPECT_EQ(parse_enum<RouterKind>(enum_name(kind), "model.router"), kind);
+  }
+  try {
+    (void)parse_enum<RouterKind>("topk", "model.router");
+    ADD_FAILURE() << "topk accepted";
+  } catch (const ConfigKeyError& e) {
+    EXPECT_EQ(e.key(), "model.router");
+    for (const char* needle : {"\"topk\" is not a router kind", "\"softmax\"", "\"sigmoid\""}) {
+      EXPECT_NE(e.detail().find(needle), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ConfigEnums, NearMissSuggestsTheClosestName) {
   try {
     (void)parse_enum<OptimizerType>("adam", "optimizer.type");

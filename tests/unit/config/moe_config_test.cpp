@@ -33,7 +33,7 @@ TEST(MoeConfig, ReadsResolvesAndRoundTrips) {
   EXPECT_EQ(c.model.type, ModelType::kMoe);
   EXPECT_EQ(c.model.moe.n_experts, 6);
   EXPECT_EQ(c.model.moe.top_k, 3);
-  EXPECT_EQ(c.model.moe.router, "sigmoid");
+  EXPECT_EQ(c.model.moe.router, RouterKind::kSigmoid);
   EXPECT_FALSE(c.model.moe.normalize_top_k);
   EXPECT_EQ(c.model.moe.n_kv_heads, 4);                      // resolved: n_heads
   EXPECT_EQ(c.model.moe.ffn_hidden_size, 128);               // llama's rule for d_model 32

@@ -507,7 +507,7 @@ TEST(MoeBlock, ParameterNamesAndShapes) {
   c.n_experts = 3;
   c.top_k = 2;
   c.n_shared_experts = 1;
-  c.router = "sigmoid";
+  c.router = RouterKind::kSigmoid;
   const partition::ModelSpec spec = partition::make_moe_spec(c);
   ASSERT_EQ(spec.blocks[1].kind, partition::BlockKind::kMoeBlock);
   auto block = make_moe_block(spec.blocks[1], spec.moe, moe_init(), 1, 0);

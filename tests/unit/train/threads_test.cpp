@@ -24,22 +24,22 @@ TEST(ThreadRule, ThreadsPerRank) {
 }
 
 TEST(ThreadRule, WaitPolicyIsActiveOnlyWhenNoCoreIsShared) {
-  EXPECT_EQ(choose_omp_wait_policy(1, 2, 2, 0).policy, "active");   // the small GPT peer run: 1 rank x 2 threads
-  EXPECT_EQ(choose_omp_wait_policy(2, 1, 2, 0).policy, "active");
-  EXPECT_EQ(choose_omp_wait_policy(4, 4, 16, 0).policy, "active");
-  EXPECT_EQ(choose_omp_wait_policy(2, 2, 2, 0).policy, "passive");  // 4 threads on 2 cores
-  EXPECT_EQ(choose_omp_wait_policy(4, 1, 2, 0).policy, "passive");  // mpirun --oversubscribe -np 4 on 2 cores
-  EXPECT_EQ(choose_omp_wait_policy(1, 3, 2, 0).policy, "passive");  // CLEAVE_THREADS=3 on 2 cores
+  EXPECT_EQ(choose_omp_wait_policy(1, 2, 2, 0).policy, OmpWaitPolicy::kActive);   // the small GPT peer run: 1 rank x 2 threads
+  EXPECT_EQ(choose_omp_wait_policy(2, 1, 2, 0).policy, OmpWaitPolicy::kActive);
+  EXPECT_EQ(choose_omp_wait_policy(4, 4, 16, 0).policy, OmpWaitPolicy::kActive);
+  EXPECT_EQ(choose_omp_wait_policy(2, 2, 2, 0).policy, OmpWaitPolicy::kPassive);  // 4 threads on 2 cores
+  EXPECT_EQ(choose_omp_wait_policy(4, 1, 2, 0).policy, OmpWaitPolicy::kPassive);  // mpirun --oversubscribe -np 4 on 2 cores
+  EXPECT_EQ(choose_omp_wait_policy(1, 3, 2, 0).policy, OmpWaitPolicy::kPassive);  // CLEAVE_THREADS=3 on 2 cores
   const WaitPolicyChoice c = choose_omp_wait_policy(4, 1, 2, 0);
   EXPECT_NE(c.reason.find("4 rank(s) x 1 thread(s) on 2 core(s)"), std::string::npos) << c.reason;
 }
 
 TEST(ThreadRule, WaitPolicyCountsOtherProcessesRunningAtStart) {
   // A compile job beside the run (measured: active 0.3-0.4x passive then).
-  EXPECT_EQ(choose_omp_wait_policy(1, 2, 2, 1).policy, "passive");
-  EXPECT_EQ(choose_omp_wait_policy(1, 2, 4, 2).policy, "active");   // 4 cores: room for both
-  EXPECT_EQ(choose_omp_wait_policy(1, 2, 4, 3).policy, "passive");
-  EXPECT_EQ(choose_omp_wait_policy(1, 2, 2, -1).policy, "active");  // a negative count means none
+  EXPECT_EQ(choose_omp_wait_policy(1, 2, 2, 1).policy, OmpWaitPolicy::kPassive);
+  EXPECT_EQ(choose_omp_wait_policy(1, 2, 4, 2).policy, OmpWaitPolicy::kActive);   // 4 cores: room for both
+  EXPECT_EQ(choose_omp_wait_policy(1, 2, 4, 3).policy, OmpWaitPolicy::kPassive);
+  EXPECT_EQ(choose_omp_wait_policy(1, 2, 2, -1).policy, OmpWaitPolicy::kActive);  // a negative count means none
   EXPECT_NE(choose_omp_wait_policy(1, 2, 2, 1).reason.find("1 busy elsewhere"), std::string::npos);
 }
 
@@ -57,10 +57,10 @@ TEST(ThreadRule, TheRuleAndThePolicyAgreeOnRecordedNodes) {
   // forced thread count oversubscribes them.
   struct Node {
     int usable, online, ranks, forced;
-    const char* policy;
+    OmpWaitPolicy policy;
   };
-  for (const Node& n : {Node{2, 2, 1, 0, "active"}, Node{2, 2, 2, 0, "active"}, Node{1, 2, 2, 0, "active"},
-                        Node{2, 2, 3, 0, "passive"}, Node{8, 8, 2, 8, "passive"}, Node{8, 8, 2, 4, "active"}}) {
+  for (const Node& n : {Node{2, 2, 1, 0, OmpWaitPolicy::kActive}, Node{2, 2, 2, 0, OmpWaitPolicy::kActive}, Node{1, 2, 2, 0, OmpWaitPolicy::kActive},
+                        Node{2, 2, 3, 0, OmpWaitPolicy::kPassive}, Node{8, 8, 2, 8, OmpWaitPolicy::kPassive}, Node{8, 8, 2, 4, OmpWaitPolicy::kActive}}) {
     const int threads = threads_per_rank(n.usable, n.online, n.ranks, n.forced);
     EXPECT_EQ(choose_omp_wait_policy(n.ranks, threads, std::max(n.usable, n.online), 0).policy, n.policy)
         << n.usable << "/" << n.online << " cores, " << n.ranks << " ranks, forced " << n.forced;

@@ -109,7 +109,7 @@ std::vector<partition::ModelSpec> param_tensor_models() {
   moe.moe.ffn_hidden_size = 10;
   moe.moe.n_shared_experts = 1;
   moe.moe.shared_expert_gate = true;
-  moe.moe.router = "sigmoid";
+  moe.moe.router = partition::RouterKind::kSigmoid;
   moe.moe.qk_norm = true;
   specs.push_back(partition::make_model_spec(partition::ModelType::kMoe, moe));
   return specs;

@@ -25,6 +25,12 @@ bool can_execute(const std::string& program) {
   return false;
 }
 
+std::string shell_quote(const std::string& text) {
+  std::string out = "'";
+  for (const char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 const char* why_not_executable(const std::string& program) {
   return program.find('/') != std::string::npos ? "not an executable file" : "not found in PATH";
 }

@@ -5,15 +5,10 @@
 
 #include <fmt/format.h>
 
+#include "engine/core/executable.hpp"
 #include "engine/core/log.hpp"
 
 namespace cleave::supervise {
-
-std::string shell_quote(const std::string& text) {
-  std::string out = "'";
-  for (const char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 std::string health_check_line(const std::string& command, const Slot& slot) {
   return fmt::format("CLEAVE_SLOT_HOST={} CLEAVE_SLOT_INDEX={} sh -c {} > /dev/null 2>&1", shell_quote(slot.host),

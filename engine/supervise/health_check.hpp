@@ -7,12 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/executable.hpp"  // shell_quote
 #include "engine/supervise/recovery_policy.hpp"
 
 namespace cleave::supervise {
-
-// `text` as one single-quoted shell word ('it'\''s' for it's).
-std::string shell_quote(const std::string& text);
 
 // The shell line that runs `command` for `slot` (its output discarded).
 std::string health_check_line(const std::string& command, const Slot& slot);

@@ -11,16 +11,11 @@
 #include <sstream>
 
 #include "engine/core/error.hpp"
+#include "engine/core/executable.hpp"
 #include "engine/core/input_error.hpp"
 
 namespace cleave::train {
 namespace {
-
-std::string shell_quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 std::string read_gzip(const std::string& path) {
   const std::string command = "gzip -dc -- " + shell_quote(path) + " 2>/dev/null";

@@ -6,9 +6,8 @@
 // --profile FILE gives the peak FLOP/s per rank that MFU is measured against (engine/train/throughput.hpp).
 // Bad input (an unknown option, config key or value, a typo in --allow-config-change, a layout the world size does
 // not divide, a train.out_dir that is a file or, without --resume, holds a run, a --resume PATH holding no checkpoint,
-// a --profile that cannot be read)
-// is an InputError raised before the
-// world and the trainer are built: `cleave` exits ExitCode::kBadInput and `cleave run` does not restart.
+// a --profile that cannot be read or describes another device) is an InputError raised before the world and the
+// trainer are built: `cleave` exits ExitCode::kBadInput and `cleave run` does not restart.
 // SIGUSR1 (what `cleave run` forwards on SIGTERM) saves a checkpoint at the next step and exits 0 with a log line
 // saying so (engine/train/stop_request.hpp).
 #include <cstdio>

@@ -1,8 +1,8 @@
-// See memory_plan.hpp. This file gathers one pp rank's blocks and combines the categories; each category's model
-// lives in its own file: param_counts (one tp rank's parameters), state_memory with zero_units and
-// microbatch_buckets (parameters, gradients, optimizer state under ZeRO), activation_walk (the stashes and boundary
-// tensors over the schedule), cp_memory (context parallelism's attention state and exchange buffers) and
-// workspace_memory (the CPU kernels' scratch).
+// See memory_plan.hpp. This file combines one pp rank's categories; each category's model lives in its own file:
+// rank_blocks (the rank's blocks' costs, boundary tensors and scratch), param_counts (one tp rank's parameters),
+// state_memory with zero_units and microbatch_buckets (parameters, gradients, optimizer state under ZeRO),
+// activation_walk (the stashes and boundary tensors over the schedule), cp_memory (context parallelism's attention
+// state and exchange buffers) and workspace_memory (the CPU kernels' scratch).
 #include "engine/run_plan/memory_plan.hpp"
 
 #include <fmt/format.h>
@@ -12,187 +12,20 @@
 
 #include "engine/core/error.hpp"
 #include "engine/run_plan/activation_walk.hpp"
-#include "engine/run_plan/cp_memory.hpp"
 #include "engine/run_plan/host_memory.hpp"
-#include "engine/run_plan/param_counts.hpp"
+#include "engine/run_plan/rank_blocks.hpp"
 #include "engine/run_plan/state_memory.hpp"
-#include "engine/run_plan/workspace_memory.hpp"
-#include "partition/cost_model.hpp"
 #include "partition/cp_rules.hpp"
-#include "partition/ep_costs.hpp"
 
 namespace cleave::run_plan {
 namespace {
-
-// A probabilities attention kind's stored tensors (the header's `attention`) per sample of one tp rank, in the walk's
-// units (the f32 cost's: twice the bytes under bf16, which the walk halves; the dropout mask's byte too).
-std::int64_t stored_probabilities_bytes(const partition::BlockSpec& block, partition::AttentionKind attention,
-                                        partition::Recompute recompute, int tp, bool bf16) {
-  if (recompute != partition::Recompute::kNone) return 0;
-  const double saved =
-      partition::attention_probabilities_work(block, bf16 ? DType::kBF16 : DType::kF32, attention, tp, 1).saved_bytes;
-  return static_cast<std::int64_t>(saved) * (bf16 ? 2 : 1);
-}
-
-// The run's parallel layout, precision and kernels, as the per-block costs of one tp rank read them.
-struct RankShape {
-  int tp = 1;
-  bool sp = false;    // sequence parallelism: the residual stream split along the sequence (tp > 1 only)
-  bool bf16 = false;  // device.precision bf16
-  partition::Recompute recompute = partition::Recompute::kNone;
-  std::int64_t micro = 1;  // samples per micro-batch
-  // Context parallelism: every activation holds T / cp tokens of each sample (the attention state too: all_to_all
-  // keeps heads / cp of the whole sequence), and gradients and ZeRO shards spread over dp × cp ranks (state_memory).
-  int cp = 1;
-  bool ring = false;  // cp's exchange is the ring (else all_to_all)
-  // Expert parallelism (partition/ep_costs.hpp): a rank holds E / ep of each moe block's experts and runs the rows
-  // its experts receive, imbalance x the mean on the busiest rank.
-  int ep = 1;
-  double imbalance = 1.0;
-  bool on_cpu = false;
-  bool widens = false;  // CPU bf16 operands widened to f32 (see cpu_bf16_widening_bytes)
-  partition::AttentionKind attention = partition::AttentionKind::kMemoryEfficient;
-};
-
-RankShape rank_shape(const Plan& plan, const config::RunConfig& config, const CpuKernels& cpu, double ep_imbalance,
-                     partition::AttentionKind attention) {
-  RankShape s;
-  s.tp = config.parallel.tensor_model_parallel_size;
-  s.recompute = config.train.recompute;
-  s.sp = config.parallel.sequence_parallel && s.tp > 1;
-  s.bf16 = config.device.precision == config::Precision::kBf16;
-  s.micro = config.resolved_batch().micro_batch_size;
-  s.cp = std::max(1, config.parallel.context_parallel_size);
-  s.ring = s.cp > 1 && config.parallel.context_parallel_comm == config::ContextParallelComm::kRing;
-  s.ep = std::max(1, config.parallel.expert_model_parallel_size);
-  s.imbalance = s.ep == 1          ? 1.0
-                : ep_imbalance > 0 ? ep_imbalance
-                                   : partition::workload_ep_imbalance(plan.spec, s.micro, s.cp, s.ep);
-  s.on_cpu = config.device.type == DeviceType::kCpu;
-  s.widens = s.bf16 && s.on_cpu && !cpu.bf16_gemm.bf16_kernels;
-  s.attention = attention;
-  return s;
-}
-
-// The cost model's per-block costs per sample: whole-model (parameters, ÷ tp later), one tp rank's (activations:
-// the cost model's tp layout) and, under bf16, one tp rank's in bf16 (else a copy of `shard`).
-struct ModelCostTables {
-  std::vector<partition::BlockCost> whole, shard, shard16;
-};
-
-ModelCostTables model_cost_tables(const partition::ModelSpec& spec, const RankShape& s) {
-  ModelCostTables t;
-  t.whole = partition::model_costs(spec, DType::kF32, s.recompute);
-  t.shard = partition::model_costs(spec, DType::kF32, s.recompute, s.tp, s.sp);
-  t.shard16 = s.bf16 ? partition::model_costs(spec, DType::kBF16, s.recompute, s.tp, s.sp) : t.shard;
-  return t;
-}
-
-// Block `b`'s activation cost per sample on one tp rank, in the walk's units: the shard's, with cp's attention state,
-// ep's expert rows, a probabilities kind's stored tensors and the bf16 fix-up of what stays whole.
-partition::BlockCost rank_block_cost(const partition::BlockSpec& block, std::size_t b, const ModelCostTables& t,
-                                     const RankShape& s) {
-  partition::BlockCost a = t.shard[b];
-  if (s.cp > 1) add_cp_attention_state(a, block, s.recompute, s.tp, s.cp, s.ring, s.sp, s.bf16 ? &t.shard16[b] : nullptr);
-  if (s.ep > 1) partition::add_ep_expert_rows(a, block, DType::kF32, s.recompute, s.tp, s.imbalance, s.sp);
-  a.activation_bytes += stored_probabilities_bytes(block, s.attention, s.recompute, s.tp, s.bf16);  // held from F to I
-  // bf16: the walk halves its bytes, but the f32 statistics and i32 ids and targets the cost model counts apart
-  // (its fixed bytes: the bf16 cost less half the f32 one) stay whole: counted twice here. Before, halved with
-  // the rest: the loss's targets 2 B per token under, each norm's and the attention's statistics likewise (ZB-V
-  // bf16 at pp2: activations -1.30% / -1.26% under the measured peak, ScheduleMemory).
-  if (s.bf16) {
-    const partition::BlockCost& half = t.shard16[b];
-    const partition::BlockCost& whole = t.shard[b];
-    a.activation_bytes += 2 * half.activation_bytes - whole.activation_bytes;
-    a.weight_stash_bytes += 2 * half.weight_stash_bytes - whole.weight_stash_bytes;
-    a.backward_extra_bytes += 2 * half.backward_extra_bytes - whole.backward_extra_bytes;
-    a.weight_extra_bytes += 2 * half.weight_extra_bytes - whole.weight_extra_bytes;
-  }
-  add_cp_whole_stash(a, block, s.recompute, s.cp, s.bf16);  // after the bf16 fix-up: counted in its own units
-  return a;
-}
-
-// What one pp rank's blocks hold, gathered stage by stage in model order.
-struct RankBlocks {
-  std::int64_t param_bytes = 0;  // f32 bytes of the parameters one tp rank of this pp rank holds (all E experts)
-  std::int64_t expert_bytes = 0;  // f32 bytes of the routed experts of the rank's blocks (all E of each), ÷ tp
-  std::int64_t largest_output = 0;
-  std::int64_t largest_conv_output = 0;  // the CPU's stand-in for a convolution's im2col scratch
-  std::int64_t attention_scratch = 0;    // the CPU attention kernel's, cp-aware (cpu_cp_attention_scratch_bytes)
-  std::int64_t cpu_scratch = 0;  // the CPU kernels' scratch for bf16 operands widened (whole sequences)
-  std::int64_t cp_exchange = 0;  // the largest cp exchange of the rank's attention blocks (one runs at a time)
-  // Per stage held by this rank, per sample: its blocks' costs in model order (one tp rank's).
-  std::vector<std::vector<partition::BlockCost>> stage_blocks;
-  // Per stage, per block: the buffers it holds only while it runs (cp_memory.hpp's attention_transients).
-  std::vector<std::vector<BlockTransients>> stage_transients;
-  // Per stage held by this rank, per sample: its input and output boundary tensors (0 at the model's ends).
-  std::vector<std::int64_t> stage_in, stage_out;
-};
-
-// With tied embeddings the token table appears in the embedding's and the head's cost; a rank holding both (ZB-V)
-// shares one Param, so the second occurrence adds only what is not the table. One tp rank's f32 bytes of it (0
-// untied).
-std::int64_t tied_table_bytes(const partition::ModelSpec& spec, int tp) {
-  if (spec.tied_parameters.empty()) return 0;
-  return (spec.token_sizes().vocab_size + tp - 1) / tp * spec.token_sizes().d_model * 4;
-}
-
-RankBlocks gather_rank_blocks(const Plan& plan, int pp_rank, const ModelCostTables& t, const RankShape& s,
-                              const CpuKernels& cpu) {
-  RankBlocks r;
-  const auto stages = static_cast<std::size_t>(plan.num_stages());
-  r.stage_blocks.resize(stages);
-  r.stage_transients.resize(stages);
-  r.stage_in.assign(stages, 0);
-  r.stage_out = r.stage_in;
-  const bool tied = !plan.spec.tied_parameters.empty();
-  const std::int64_t table_bytes = tied_table_bytes(plan.spec, s.tp);
-  bool table_seen = false;
-  for (int stage = 0; stage < plan.num_stages(); ++stage) {
-    if (plan.stage_to_rank(stage) != pp_rank) continue;
-    const auto st = static_cast<std::size_t>(stage);
-    const auto& range = plan.partition.stages[st];
-    for (int b = range.begin; b < range.end; ++b) {
-      const auto bi = static_cast<std::size_t>(b);
-      const auto& block = plan.spec.blocks[bi];
-      const bool holds_table = tied && (block.kind == partition::BlockKind::kEmbedding ||
-                                        block.kind == partition::BlockKind::kLmHead);
-      const std::int64_t rank_bytes = 4 * tp_rank_param_count(block, t.whole[bi], s.tp);
-      r.param_bytes += holds_table && table_seen ? rank_bytes - table_bytes : rank_bytes;
-      table_seen = table_seen || holds_table;
-      r.expert_bytes += 4 * partition::expert_param_count(block) / s.tp;
-      r.cp_exchange = std::max(r.cp_exchange, cp_exchange_bytes(block, s.micro, s.tp, s.cp, s.ring, s.bf16 ? 2 : 4));
-      // The attention kernel's scratch is known with the run's CPU kernels only (threads).
-      r.stage_transients[st].push_back(
-          attention_transients(block, s.micro, s.tp, s.cp, s.ring, s.bf16, s.on_cpu ? cpu.threads : 0));
-      const partition::BlockCost a = rank_block_cost(block, bi, t, s);
-      r.stage_blocks[st].push_back(a);
-      r.largest_output = std::max(r.largest_output, a.output_bytes);
-      // On the CPU only a convolution's im2col scales with its output (the stand-in below); the other blocks' ops
-      // take no output-sized scratch.
-      if (block.kind == partition::BlockKind::kConv2d) {
-        r.largest_conv_output = std::max(r.largest_conv_output, a.output_bytes);
-      }
-      r.attention_scratch = std::max(
-          r.attention_scratch, cpu_cp_attention_scratch_bytes(block, s.micro, s.tp, s.cp, s.ring, cpu.threads, s.bf16));
-      if (s.widens) {
-        r.cpu_scratch = std::max(r.cpu_scratch, cpu_bf16_widening_bytes(block, a, s.recompute, s.tp, s.micro));
-      }
-    }
-    // Boundary tensors: what the stage receives (the previous block's output) and what it sends (its own).
-    // Under sequence parallelism they are one tp rank's sequence shards.
-    const auto& sent = s.sp ? t.shard : t.whole;
-    if (stage > 0) r.stage_in[st] = sent[static_cast<std::size_t>(range.begin - 1)].output_bytes;
-    if (stage + 1 < plan.num_stages()) r.stage_out[st] = sent[static_cast<std::size_t>(range.end - 1)].output_bytes;
-  }
-  return r;
-}
 
 // The walk over the rank's actions (activation_walk.hpp) on each stage's backward memory.
 ActivationWalkPeaks rank_activation_peaks(const Plan& plan, int pp_rank, const RankBlocks& r, const RankShape& s) {
   std::vector<StageBackwardMemory> stage_memory(r.stage_blocks.size());
   for (std::size_t si = 0; si < r.stage_blocks.size(); ++si) {
-    if (!r.stage_blocks[si].empty()) stage_memory[si] = stage_backward_memory(r.stage_blocks[si], r.stage_transients[si]);
+    if (r.stage_blocks[si].empty()) continue;
+    stage_memory[si] = stage_backward_memory(r.stage_blocks[si], r.stage_transients[si]);
   }
   const WalkScale scale{s.micro, s.bf16 ? 2 : 1, s.cp};
   return activation_walk_peak(plan, pp_rank, stage_memory, r.stage_in, r.stage_out, scale);
@@ -204,7 +37,8 @@ struct Workspace {
   std::int64_t bytes = 0, transient = 0;
 };
 
-Workspace rank_workspace(const Plan& plan, int pp_rank, const RankBlocks& r, const RankShape& s, const CpuKernels& cpu) {
+Workspace rank_workspace(const Plan& plan, int pp_rank, const RankBlocks& r, const RankShape& s,
+                         const CpuKernels& cpu) {
   const std::int64_t micro = s.micro;
   const int cp = s.cp;
   // Workspace without the run's CPU kernels (the planner pricing layouts; other devices): the largest block output

@@ -563,7 +563,8 @@ void estimate_layout(const SearchInputs& in, const std::vector<int>& eps, int tp
               for (const int ep : eps) {
                 PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp, reduce, cp, cp_comm};
                 c.ep = ep;
-                PlanEstimate e = estimate_plan(in.base, in.origin, in.overrides, c, in.profile, in.options, nullptr, &cache);
+                PlanEstimate e =
+                    estimate_plan(in.base, in.origin, in.overrides, c, in.profile, in.options, nullptr, &cache);
                 (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
               }
             }

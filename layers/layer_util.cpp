@@ -52,4 +52,14 @@ const Tensor& stash_at(const Stash& stash, std::size_t i, std::string_view who) 
   return stash.tensors[i];
 }
 
+EvalCounts eval_counts(const Context& ctx, const Tensor& loss, const Tensor& neg_index, const Tensor& targets) {
+  const ops::CorrectCount count = ops::count_correct(ctx, neg_index, targets);
+  EvalCounts out;
+  out.rows = count.rows;
+  out.correct = count.correct;
+  // count_correct waited for the stream already: one more read-back of one float (device-safe).
+  out.loss_sum = static_cast<double>(ops::to_host(ctx, loss).to_floats()[0]) * static_cast<double>(count.rows);
+  return out;
+}
+
 }  // namespace cleave::layers

@@ -38,4 +38,9 @@ Shape with_last(const Shape& shape, std::int64_t last);
 // stash.tensors[i], asserting the slot exists (a missing slot means backward ran without forward).
 const Tensor& stash_at(const Stash& stash, std::size_t i, std::string_view who);
 
+// A loss block's evaluate() result: the rows `targets` scores and those whose first arg-max (`neg_index`, negated
+// as ops::cross_entropy_shard_argmax writes it) is the target (ops::count_correct), and the mean `loss` times those
+// rows. Blocks the host on the stream (one read-back of the count, one of the loss's float).
+EvalCounts eval_counts(const Context& ctx, const Tensor& loss, const Tensor& neg_index, const Tensor& targets);
+
 }  // namespace cleave::layers

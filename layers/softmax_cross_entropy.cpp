@@ -42,13 +42,7 @@ EvalCounts SoftmaxCrossEntropy::evaluate(const Tensor& logits, const Tensor& tar
   Tensor neg_index = new_workspace(ctx, Shape{rows});
   ops::cross_entropy_shard_max(ctx, logits, all, row_max);
   ops::cross_entropy_shard_argmax(ctx, logits, all, row_max, neg_index);
-  const ops::CorrectCount count = ops::count_correct(ctx, neg_index, targets);
-  EvalCounts out;
-  out.rows = count.rows;
-  out.correct = count.correct;
-  // count_correct waited for the stream already: one more read-back of one float (device-safe).
-  out.loss_sum = static_cast<double>(ops::to_host(ctx, loss).to_floats()[0]) * static_cast<double>(count.rows);
-  return out;
+  return eval_counts(ctx, loss, neg_index, targets);
 }
 
 }  // namespace cleave::layers

@@ -193,6 +193,74 @@ std::string rendered(const std::vector<std::int32_t>& context, std::size_t skip,
   return out;
 }
 
+// --tokenizer FILE read, with the BOS it puts before a document (--bos auto; none: nothing before the prompt).
+struct PromptTokenizer {
+  std::optional<tokenizer::Tokenizer> tok;  // empty without --tokenizer: the prompt's bytes are the tokens
+  std::vector<std::int32_t> prefix;         // the BOS before the prompt
+};
+
+// The tokenizer `path` names ("" for none), read before the model loads: a file that does not read is the command
+// line's bad input (exit 64).
+PromptTokenizer load_prompt_tokenizer(const std::string& path, const std::string& bos) {
+  PromptTokenizer out;
+  if (path.empty()) return out;
+  try {
+    out.tok.emplace(tokenizer::read_tokenizer_json(path));
+    if (bos == "auto") {
+      const tokenizer::DocumentTemplate doc = tokenizer::read_document_template(*out.tok, path);
+      out.prefix = doc.before;
+      if (!out.prefix.empty()) log::info("generate: the BOS before the prompt, from {} (--bos none: the prompt alone)", doc.source);
+    }
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error& e) {
+    throw InputError(e.what());  // the file the command line names: bad input (exit 64), before the model loads
+  }
+  return out;
+}
+
+// The prompt's tokens after the prefix: the tokenizer's ids (encoding fills its merge cache), or without one its
+// bytes.
+std::vector<std::int32_t> encode_prompt(const std::string& prompt, PromptTokenizer& p) {
+  std::vector<std::int32_t> context = p.prefix;
+  if (p.tok) p.tok->encode(prompt, context);
+  else for (unsigned char c : prompt) context.push_back(c);
+  return context;
+}
+
+// Without a tokenizer, a vocabulary larger than 256 is a tokenizer's whose tokens cleave cannot turn into text, so
+// the ids themselves are printed (never a '?' per token that looks like text): said once, naming the tokenizer to
+// pass (the weights' source's when checkpoint `dir` names one).
+void warn_ids_not_text(const config::RunConfig& config, const std::string& dir) {
+  const std::string own = source_tokenizer(dir);
+  log::warn("generate: model.vocab_size is {}, not 256: the checkpoint's tokens are not bytes and no --tokenizer "
+            "was given to decode them, so the prompt's bytes are fed as token ids 0-255 and the output is the "
+            "token ids (prompt and continuation), space-separated; pass --tokenizer {} for text",
+            config::token_vocab_size(config.model),
+            own.empty() ? std::string("tokenizer.json") : own + " (the weights' source's)");
+}
+
+// How to sample: the count, temperature (0: greedy), top-k (0: all) and seed.
+struct Sampling {
+  std::int64_t tokens = 0;
+  double temperature = 0;
+  int top_k = 0;
+  std::uint64_t seed = 0;
+};
+
+// `sampling.tokens` tokens appended to `context`, each sampled from the model's logits over the last `seq_len`
+// tokens (the model's context) with a Mersenne Twister seeded once.
+void sample_continuation(train::Trainer& trainer, std::vector<std::int32_t>& context, std::int64_t seq_len,
+                         const Sampling& sampling) {
+  std::mt19937_64 rng(sampling.seed);
+  for (std::int64_t t = 0; t < sampling.tokens; ++t) {
+    const std::size_t start = context.size() > static_cast<std::size_t>(seq_len) ? context.size() - seq_len : 0;
+    const std::vector<std::int32_t> window(context.begin() + static_cast<std::ptrdiff_t>(start), context.end());
+    const int next = sample(trainer.next_token_logits(window), sampling.temperature, sampling.top_k, rng);
+    context.push_back(next);
+  }
+}
+
 }  // namespace
 
 int run_generate(int argc, char** argv) {
@@ -201,10 +269,8 @@ int run_generate(int argc, char** argv) {
   if (parser.print_help_if_asked(args)) return 0;
   const std::string source = args.positional(0);
   const std::string prompt = args.text("--prompt");
-  const std::int64_t tokens = args.count("--tokens");
-  const double temperature = args.number("--temperature");
-  const int top_k = static_cast<int>(args.count("--top-k"));
-  const auto seed = static_cast<std::uint64_t>(args.count("--seed"));
+  const Sampling sampling{args.count("--tokens"), args.number("--temperature"), static_cast<int>(args.count("--top-k")),
+                          static_cast<std::uint64_t>(args.count("--seed"))};
   const std::string logits_path = args.text("--logits");
   const std::string tokenizer_path = args.text("--tokenizer");
   const std::string bos = args.text("--bos");
@@ -218,32 +284,16 @@ int run_generate(int argc, char** argv) {
       fmt::format("generate: {} is a Hugging Face model directory, not a Cleave checkpoint; convert it first with "
                   "cleave import {} --out CKPT, then cleave generate CKPT",
                   source, source));
-  std::optional<tokenizer::Tokenizer> tok;
-  std::vector<std::int32_t> prefix;  // the BOS before the prompt (--bos auto with a tokenizer)
-  if (!tokenizer_path.empty()) {
-    try {
-      tok.emplace(tokenizer::read_tokenizer_json(tokenizer_path));
-      if (bos == "auto") {
-        const tokenizer::DocumentTemplate doc = tokenizer::read_document_template(*tok, tokenizer_path);
-        prefix = doc.before;
-        if (!prefix.empty()) log::info("generate: the BOS before the prompt, from {} (--bos none: the prompt alone)", doc.source);
-      }
-    } catch (const InputError&) {
-      throw;
-    } catch (const Error& e) {
-      throw InputError(e.what());  // the file the command line names: bad input (exit 64), before the model loads
-    }
-  }
+  PromptTokenizer prompt_tokenizer = load_prompt_tokenizer(tokenizer_path, bos);
+  const std::optional<tokenizer::Tokenizer>& tok = prompt_tokenizer.tok;
   std::vector<std::string> words{"cleave"};
   words.insert(words.end(), argv, argv + argc);
   return checkpoint::read_newest(target, words, [&] {
     const std::string& dir = target.dir;
     const config::RunConfig config = checkpoint_config(dir, tok);
     const std::int64_t seq_len = config::token_seq_len(config.model);
-    std::vector<std::int32_t> context = prefix;
-    if (tok) tok->encode(prompt, context);
-    else for (unsigned char c : prompt) context.push_back(c);
-    check_prompt(context, prefix.size(), seq_len, !logits_path.empty());
+    std::vector<std::int32_t> context = encode_prompt(prompt, prompt_tokenizer);
+    check_prompt(context, prompt_tokenizer.prefix.size(), seq_len, !logits_path.empty());
 
     CommandRuntime runtime(&argc, &argv);
     CLEAVE_CHECK_INPUT(runtime.world_size() == 1, "generate: runs on one rank (launched with {}); run it without mpirun",
@@ -253,25 +303,11 @@ int run_generate(int argc, char** argv) {
     train::Trainer trainer(config, *world.comm);
     trainer.load_checkpoint(dir);
     if (!logits_path.empty()) write_prompt_logits(trainer, context, dir, logits_path);
-    // A vocabulary of exactly 256 is bytes; a larger one is a tokenizer's whose tokens cleave cannot turn into
-    // text yet, so the ids themselves are printed (never a '?' per token that looks like text).
+    // A vocabulary of exactly 256 is bytes; a larger one without a tokenizer prints the ids (warn_ids_not_text).
     const bool bytes = !tok && config::token_vocab_size(config.model) == 256;
-    if (!bytes && !tok) {
-      const std::string own = source_tokenizer(dir);
-      log::warn("generate: model.vocab_size is {}, not 256: the checkpoint's tokens are not bytes and no --tokenizer "
-                "was given to decode them, so the prompt's bytes are fed as token ids 0-255 and the output is the "
-                "token ids (prompt and continuation), space-separated; pass --tokenizer {} for text",
-                config::token_vocab_size(config.model),
-                own.empty() ? std::string("tokenizer.json") : own + " (the weights' source's)");
-    }
-    std::mt19937_64 rng(seed);
-    for (std::int64_t t = 0; t < tokens; ++t) {
-      const std::size_t start = context.size() > static_cast<std::size_t>(seq_len) ? context.size() - seq_len : 0;
-      const std::vector<std::int32_t> window(context.begin() + static_cast<std::ptrdiff_t>(start), context.end());
-      const int next = sample(trainer.next_token_logits(window), temperature, top_k, rng);
-      context.push_back(next);
-    }
-    const std::string out = rendered(context, prefix.size(), tok, bytes, prompt);
+    if (!bytes && !tok) warn_ids_not_text(config, dir);
+    sample_continuation(trainer, context, seq_len, sampling);
+    const std::string out = rendered(context, prompt_tokenizer.prefix.size(), tok, bytes, prompt);
     std::fwrite(out.data(), 1, out.size(), stdout);
     std::fputc('\n', stdout);
     return 0;

@@ -30,35 +30,9 @@ namespace cleave::cli {
 
 namespace {
 
-ArgParser simulate_config_args() {
-  ArgParser p("simulate --config",
-              "cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--set k=v ...]\n"
-              "                [--json] [--svg FILE] [--trace FILE] [--scatter-gather] [--explain]\n"
-              "                [--attention memory_efficient|probabilities|probabilities_dropout]\n"
-              "                [--attention-kernel NAME] [--ep-imbalance F]\n"
-              "                [--overlap-grad-reduce] [--tp-comm-overlap]\n"
-              "                [--param-gather-dtype f32|bf16] [--cross-entropy fused|float32|torch_float32] [--hidden-dropout]\n"
-              "                [--dense-embedding-grad] [--blocking-p2p] [--selective-recompute attention|torchtitan_op]\n"
-              "                [--norm fused|torch_unfused] [--fsdp2-copy-out] [--auto-schedule-priced]\n"
-              "                [--optimizer-post-validation]",
-              R"(Simulates one training step of the plan CONFIG describes on N ranks with the planner's costs (cost model
-FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer) and prints the step time,
-bubble, where the time goes, and per pp rank the memory plan by category and its timeline's peak.)");
-  p.text("--config", "CONFIG", "the config whose plan to simulate")
-      .count("--world", "N", "ranks the config runs on (required)", std::nullopt)
-      .text("--profile", "FILE", "hardware profile (profiles/*.json); default: measure this machine now")
-      .size("--memory-limit", "SIZE", "cap per rank, e.g. 64MiB (default: device.memory_limit, else the profile's)")
-      .config_overrides()
-      .flag("--json", "print one JSON object (with the memory timeline and breakdown_s, the step term by term)\n"
-                      "instead of the summary")
-      .flag("--explain", "print the predicted step term by term (compute per block and pass, recomputation,\n"
-                         "tp, cp, ep, ZeRO, dp, optimizer, P2P, bubble; they sum to the step)")
-      .text("--svg", "FILE", "write an SVG timeline")
-      .text("--trace", "FILE", "write a Chrome trace JSON")
-      .flag("--scatter-gather",
-            "price Megatron-LM's scatter/gather of boundary tensors: each tp rank sends 1/tp of a\n"
-            "stage's output, the receiving tp group all-gathers it (the engine sends whole tensors)")
-      .text("--attention", "KIND",
+// The kernels the simulated run launched (apply_kernel_options reads them).
+void add_kernel_option_args(ArgParser& p) {
+  p.text("--attention", "KIND",
             "the attention kernel the simulated run used (the engine runs memory_efficient, the default):\n"
             "probabilities stores the [T, T] scores and runs softmax over them (Megatron-LM's fused\n"
             "scale-mask-softmax), probabilities_dropout also attention dropout; roofline profiles only")
@@ -98,8 +72,12 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
             "price PyTorch FSDP2's all-gather copy-out: before each block's forward and again before its\n"
             "backward, one kernel copying the gathered parameters out of the flat all-gather buffer on the\n"
             "compute stream (reads and writes the gathered bytes); optimizer.zero_stage 3 and a roofline\n"
-            "profile only (the engine gathers into the parameters' own storage)")
-      .flag("--overlap-grad-reduce",
+            "profile only (the engine gathers into the parameters' own storage)");
+}
+
+// How the simulated run communicated and scheduled (apply_communication_options reads them).
+void add_communication_option_args(ArgParser& p) {
+  p.flag("--overlap-grad-reduce",
             "price the run's gradient reduction as overlapped block by block with the last micro-batch's\n"
             "backward, and ZeRO-1/2's parameter gather with the next forward (Megatron-LM's\n"
             "--overlap-grad-reduce --overlap-param-gather, FSDP; the engine reduces after the backward)")
@@ -126,6 +104,38 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
       .number("--ep-imbalance", "F",
               "expert parallelism: the busiest ep rank's routed rows over the mean (default 0: the\n"
               "expected figure for uniformly random top-k routing; docs/planner.md#expert-parallelism)", 0, 0);
+}
+
+ArgParser simulate_config_args() {
+  ArgParser p("simulate --config",
+              "cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--set k=v ...]\n"
+              "                [--json] [--svg FILE] [--trace FILE] [--scatter-gather] [--explain]\n"
+              "                [--attention memory_efficient|probabilities|probabilities_dropout]\n"
+              "                [--attention-kernel NAME] [--ep-imbalance F]\n"
+              "                [--overlap-grad-reduce] [--tp-comm-overlap]\n"
+              "                [--param-gather-dtype f32|bf16] [--cross-entropy fused|float32|torch_float32] [--hidden-dropout]\n"
+              "                [--dense-embedding-grad] [--blocking-p2p] [--selective-recompute attention|torchtitan_op]\n"
+              "                [--norm fused|torch_unfused] [--fsdp2-copy-out] [--auto-schedule-priced]\n"
+              "                [--optimizer-post-validation]",
+              R"(Simulates one training step of the plan CONFIG describes on N ranks with the planner's costs (cost model
+FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer) and prints the step time,
+bubble, where the time goes, and per pp rank the memory plan by category and its timeline's peak.)");
+  p.text("--config", "CONFIG", "the config whose plan to simulate")
+      .count("--world", "N", "ranks the config runs on (required)", std::nullopt)
+      .text("--profile", "FILE", "hardware profile (profiles/*.json); default: measure this machine now")
+      .size("--memory-limit", "SIZE", "cap per rank, e.g. 64MiB (default: device.memory_limit, else the profile's)")
+      .config_overrides()
+      .flag("--json", "print one JSON object (with the memory timeline and breakdown_s, the step term by term)\n"
+                      "instead of the summary")
+      .flag("--explain", "print the predicted step term by term (compute per block and pass, recomputation,\n"
+                         "tp, cp, ep, ZeRO, dp, optimizer, P2P, bubble; they sum to the step)")
+      .text("--svg", "FILE", "write an SVG timeline")
+      .text("--trace", "FILE", "write a Chrome trace JSON")
+      .flag("--scatter-gather",
+            "price Megatron-LM's scatter/gather of boundary tensors: each tp rank sends 1/tp of a\n"
+            "stage's output, the receiving tp group all-gathers it (the engine sends whole tensors)");
+  add_kernel_option_args(p);
+  add_communication_option_args(p);
   return p;
 }
 

@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
+#include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -119,6 +122,31 @@ void check(const ops::Context& ctx, const TrainingGemm& g, DType dtype, const Po
   }
 }
 
+// One GEMM's time: `run` once to size a sample (enough launches to last options.min_sample_s, at most
+// options.max_launches), then the median over options.samples samples of one launch's seconds, timed by the device's
+// events `begin` and `end` on ctx's stream. Returns {seconds, launches per sample}.
+std::pair<double, int> time_gemm(const ops::Context& ctx, const std::function<void()>& run,
+                                 const GemmTimingOptions& options, ops::DeviceEvent& begin, ops::DeviceEvent& end) {
+  const auto interval = [&] {
+    end.synchronize();
+    return end.elapsed_ms_since(begin) * 1e-3;
+  };
+  begin.record(*ctx.stream);
+  run();
+  end.record(*ctx.stream);
+  const double once = std::max(interval(), 1e-7);
+  const int launches = static_cast<int>(
+      std::clamp(std::ceil(options.min_sample_s / once), 1.0, static_cast<double>(options.max_launches)));
+  std::vector<double> samples;
+  for (int s = 0; s < options.samples; ++s) {
+    begin.record(*ctx.stream);
+    for (int l = 0; l < launches; ++l) run();
+    end.record(*ctx.stream);
+    samples.push_back(interval() / launches);
+  }
+  return {median(samples), launches};
+}
+
 }  // namespace
 
 std::string_view gemm_pass_name(GemmPass pass) {
@@ -198,10 +226,6 @@ GemmProfileResult measure_gemms(const ops::Context& ctx, const std::vector<Train
   const std::vector<float> values = random_values(operand + kShift, options.seed);
   const Tensor c_f32 = Tensor::empty({output}, DType::kF32, MemoryCategory::kWorkspace, *ctx.allocator);
   auto begin = ops::make_device_event(ctx.device), end = ops::make_device_event(ctx.device);
-  const auto interval = [&] {
-    end->synchronize();
-    return end->elapsed_ms_since(*begin) * 1e-3;
-  };
 
   GemmProfileResult result;
   const int total = static_cast<int>(gemms.size() * dtypes.size());
@@ -233,24 +257,10 @@ GemmProfileResult measure_gemms(const ops::Context& ctx, const std::vector<Train
       ops::fill(ctx, o.c, 0.0f);
       const auto run = [&] { ops::gemm(ctx, o.a, o.b, o.c, o.options); };
       for (int i = 0; i < options.warmups; ++i) run();
-      begin->record(*ctx.stream);
-      run();
-      end->record(*ctx.stream);
-      const double once = std::max(interval(), 1e-7);
-      const int launches = static_cast<int>(
-          std::clamp(std::ceil(options.min_sample_s / once), 1.0, static_cast<double>(options.max_launches)));
-      std::vector<double> samples;
-      for (int s = 0; s < options.samples; ++s) {
-        begin->record(*ctx.stream);
-        for (int l = 0; l < launches; ++l) run();
-        end->record(*ctx.stream);
-        samples.push_back(interval() / launches);
-      }
       GemmTiming timing;
       timing.gemm = g;
       timing.dtype = dtype;
-      timing.seconds = median(samples);
-      timing.launches = launches;
+      std::tie(timing.seconds, timing.launches) = time_gemm(ctx, run, options, *begin, *end);
       check(ctx, g, dtype, pool, o, options, timing);
       CLEAVE_CHECK(timing.seconds > 0, "gemm profile: {} ({}) timed at {} s", g.what, dtype_name(dtype), timing.seconds);
       result.timings.push_back(std::move(timing));

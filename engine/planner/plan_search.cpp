@@ -462,6 +462,130 @@ PlanningSetup planning_setup(const config::RunConfig& base, const std::string& p
   return s;
 }
 
+namespace {
+
+// The tp sizes searched: each the family allows that divides the world and stays within a node (1 for a family
+// without tensor parallelism).
+std::vector<int> tp_candidates(const config::RunConfig& base, const HardwareProfile& profile, int world) {
+  const auto tp_sizes = partition::family(base.model.type).tp_sizes;
+  if (!tp_sizes) return {1};
+  std::vector<int> tps;
+  for (auto t : tp_sizes(base.model)) {
+    if (world % t == 0 && t <= profile.ranks_per_node) tps.push_back(static_cast<int>(t));
+  }
+  return tps;
+}
+
+// The recompute modes searched: all three for a language model, none otherwise.
+std::vector<partition::Recompute> recompute_candidates(partition::ModelType model_type) {
+  using partition::Recompute;
+  if (partition::is_language_model(model_type)) return {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  return {Recompute::kNone};
+}
+
+// Context parallelism (language models): each cp size the model allows at `tp` for some exchange, with each exchange
+// that allows it (ring first: no head rule); the config checks refuse the rest as invalid candidates. cp 1 first.
+std::vector<std::pair<int, config::ContextParallelComm>> cp_candidates(const partition::ModelSpec& spec, int world,
+                                                                       int tp) {
+  using CpComm = config::ContextParallelComm;
+  std::vector<std::pair<int, CpComm>> cps = {{1, CpComm::kRing}};
+  for (int cp : divisors(world / tp)) {
+    if (cp == 1 || !partition::has_attention(spec)) continue;
+    for (CpComm comm : {CpComm::kRing, CpComm::kAllToAll}) {
+      const auto ok = partition::allowed_cp_sizes(spec, tp, comm == CpComm::kRing, false, cp);
+      if (ok.back() == cp) cps.push_back({cp, comm});
+    }
+  }
+  return cps;
+}
+
+// Expert parallelism (moe models): every ep the experts and the dp × cp ranks allow (partition/ep_rules.hpp); 1 first.
+std::vector<int> ep_candidates(const partition::ModelSpec& spec, int dp, int cp) {
+  std::vector<int> eps = {1};
+  if (partition::routed_experts(spec) == 0) return eps;
+  for (const std::int64_t ep : partition::allowed_ep_sizes(spec, static_cast<std::int64_t>(dp) * cp)) {
+    if (ep > 1) eps.push_back(static_cast<int>(ep));
+  }
+  return eps;
+}
+
+// The schedules searched with their virtual stages: 1f1b alone at pp 1; else every schedule at its default, and
+// interleaved 1F1B at 4 as well.
+std::vector<std::pair<std::string, int>> schedule_candidates(int pp) {
+  if (pp == 1) return {{"1f1b", 1}};
+  std::vector<std::pair<std::string, int>> schedules;
+  for (auto name : pipeline::schedule_names()) {
+    const std::string n(name);
+    schedules.push_back({n, pipeline::default_virtual_stages(n)});
+    if (n == "interleaved_1f1b") schedules.push_back({n, 4});
+  }
+  return schedules;
+}
+
+// ZeRO-2/3: both reduction forms, where the per-micro-batch one applies (config::resolved_zero_reduce); kAuto below.
+std::vector<config::ZeroReduce> zero_reduce_candidates(int zero, bool deterministic, bool sp) {
+  if (zero < 2) return {config::ZeroReduce::kAuto};
+  if (!deterministic && !sp) return {config::ZeroReduce::kPerMicrobatch, config::ZeroReduce::kPerStep};
+  return {config::ZeroReduce::kPerStep};
+}
+
+// The layout tp × cp × pp × dp refused outright: dp does not divide the global batch.
+PlanEstimate refused_layout(int tp, int pp, int dp, int cp, config::ContextParallelComm cp_comm, std::int64_t global) {
+  PlanEstimate refused;
+  refused.choice = PlanChoice{tp, pp, dp, 1, "-", 1, 0, partition::Recompute::kNone, global, false};
+  refused.choice.cp = cp;
+  refused.choice.cp_comm = cp_comm;
+  refused.reason = fmt::format("batch.global_batch_size {} is not divisible by dp {}", global, dp);
+  return refused;
+}
+
+// The candidates one search shares: the config, its origin and overrides, the profile, the options and the cache.
+struct SearchInputs {
+  const config::RunConfig& base;
+  const std::string& origin;
+  const std::vector<std::string>& overrides;
+  const HardwareProfile& profile;
+  const SearchOptions& options;
+  const std::vector<partition::Recompute>& recomputes;
+};
+
+// Every plan of one layout (tp, cp, pp, dp: the global batch divides over dp) estimated into `out`: ranked when it
+// fits, rejected otherwise; over schedules, micro-batches, ZeRO stages, sequence parallelism, ZeRO reductions,
+// recompute modes and ep, in that order.
+void estimate_layout(const SearchInputs& in, const std::vector<int>& eps, int tp, int pp, int dp, int cp,
+                     config::ContextParallelComm cp_comm, std::int64_t global, SearchCache& cache, SearchResult& out) {
+  for (const auto& [schedule, v] : schedule_candidates(pp)) {
+    for (int micro : divisors(global / dp)) {
+      for (int zero : dp * cp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}) {
+        for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+          for (const config::ZeroReduce reduce : zero_reduce_candidates(zero, in.base.train.deterministic, sp)) {
+            for (const partition::Recompute recompute : in.recomputes) {
+              for (const int ep : eps) {
+                PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp, reduce, cp, cp_comm};
+                c.ep = ep;
+                PlanEstimate e =
+                    estimate_plan(in.base, in.origin, in.overrides, c, in.profile, in.options, nullptr, &cache);
+                (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Fastest first; equal times: less peak memory, then fewer bytes communicated (stable: the search's order else).
+void rank_fastest_first(std::vector<PlanEstimate>& ranked) {
+  std::stable_sort(ranked.begin(), ranked.end(), [](const PlanEstimate& a, const PlanEstimate& b) {
+    if (a.step_s != b.step_s) return a.step_s < b.step_s;
+    if (a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
+    return a.comm_bytes < b.comm_bytes;
+  });
+}
+
+}  // namespace
+
 SearchResult search_plans(const std::string& config_path, const std::vector<std::string>& overrides,
                           const HardwareProfile& profile, const SearchOptions& options) {
   CLEAVE_CHECK(options.world >= 1, "plan: --world must be >= 1, got {}", options.world);
@@ -477,99 +601,28 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
   // What the candidates share, built once (search_cache.hpp: the schedules, each validated for the simulator once,
   // the ep imbalance's integral).
   SearchCache cache;
-
-  std::vector<int> tps = {1};
-  if (const auto tp_sizes = partition::family(base.model.type).tp_sizes) {
-    tps.clear();
-    for (auto t : tp_sizes(base.model)) {
-      if (options.world % t == 0 && t <= profile.ranks_per_node) tps.push_back(static_cast<int>(t));
-    }
-  }
-  using partition::Recompute;
-  const std::vector<Recompute> recomputes =
-      partition::is_language_model(base.model.type)
-          ? std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull}
-          : std::vector<Recompute>{Recompute::kNone};
-  // Context parallelism (language models): each cp size the model allows for some exchange, with each exchange
-  // that allows it (ring first: no head rule); the config checks refuse the rest as invalid candidates.
+  const std::vector<partition::Recompute> recomputes = recompute_candidates(base.model.type);
   const partition::ModelSpec spec = partition::make_model_spec(base.model.type, base.model);
   check_world_within_reach(base, spec, profile, options.world, global);
-  using CpComm = config::ContextParallelComm;
+  const SearchInputs in{base, origin, overrides, profile, opts, recomputes};
   int layouts = 0;
-  for (int tp : tps) {
-   std::vector<std::pair<int, CpComm>> cps = {{1, CpComm::kRing}};
-   for (int cp : divisors(options.world / tp)) {
-    if (cp == 1 || !partition::has_attention(spec)) continue;
-    for (CpComm comm : {CpComm::kRing, CpComm::kAllToAll}) {
-      const auto ok = partition::allowed_cp_sizes(spec, tp, comm == CpComm::kRing, false, cp);
-      if (ok.back() == cp) cps.push_back({cp, comm});
-    }
-   }
-   for (const auto& [cp, cp_comm] : cps) {
-    for (int pp : divisors(options.world / (tp * cp))) {
-      const int dp = options.world / (tp * cp * pp);
-      if (global % dp != 0) {
-        PlanEstimate refused;
-        refused.choice = PlanChoice{tp, pp, dp, 1, "-", 1, 0, partition::Recompute::kNone, global, false};
-        refused.choice.cp = cp;
-        refused.choice.cp_comm = cp_comm;
-        refused.reason = fmt::format("batch.global_batch_size {} is not divisible by dp {}", global, dp);
-        out.rejected.push_back(std::move(refused));
-        continue;
-      }
-      ++layouts;
-      // Expert parallelism (moe models): every ep the experts and the dp × cp ranks allow (partition/ep_rules.hpp).
-      std::vector<int> eps = {1};
-      if (partition::routed_experts(spec) > 0) {
-        for (const std::int64_t ep : partition::allowed_ep_sizes(spec, static_cast<std::int64_t>(dp) * cp)) {
-          if (ep > 1) eps.push_back(static_cast<int>(ep));
+  for (int tp : tp_candidates(base, profile, options.world)) {
+    for (const auto& [cp, cp_comm] : cp_candidates(spec, options.world, tp)) {
+      for (int pp : divisors(options.world / (tp * cp))) {
+        const int dp = options.world / (tp * cp * pp);
+        if (global % dp != 0) {
+          out.rejected.push_back(refused_layout(tp, pp, dp, cp, cp_comm, global));
+          continue;
         }
-      }
-      std::vector<std::pair<std::string, int>> schedules;
-      if (pp == 1) {
-        schedules.push_back({"1f1b", 1});
-      } else {
-        for (auto name : pipeline::schedule_names()) {
-          const std::string n(name);
-          schedules.push_back({n, pipeline::default_virtual_stages(n)});
-          if (n == "interleaved_1f1b") schedules.push_back({n, 4});
-        }
-      }
-      for (const auto& [schedule, v] : schedules) {
-        for (int micro : divisors(global / dp)) {
-          for (int zero : dp * cp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}) {
-            for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
-              // ZeRO-2/3: both reduction forms, where the per-micro-batch one applies (config::resolved_zero_reduce).
-              std::vector<config::ZeroReduce> reduces = {config::ZeroReduce::kAuto};
-              if (zero >= 2) {
-                reduces = {config::ZeroReduce::kPerStep};
-                if (!base.train.deterministic && !sp) reduces.insert(reduces.begin(), config::ZeroReduce::kPerMicrobatch);
-              }
-              for (const config::ZeroReduce reduce : reduces) {
-                for (const Recompute recompute : recomputes) {
-                  for (const int ep : eps) {
-                    PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp, reduce, cp, cp_comm};
-                    c.ep = ep;
-                    PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts, nullptr, &cache);
-                    (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
-                  }
-                }
-              }
-            }
-          }
-        }
+        ++layouts;
+        estimate_layout(in, ep_candidates(spec, dp, cp), tp, pp, dp, cp, cp_comm, global, cache, out);
       }
     }
-   }
   }
   CLEAVE_CHECK(layouts > 0, "plan: no layout of {} ranks fits this config: tp must divide n_heads and d_ff (and stay "
                "within a node of {} ranks), and dp must divide batch.global_batch_size {}", options.world,
                profile.ranks_per_node, global);
-  std::stable_sort(out.ranked.begin(), out.ranked.end(), [](const PlanEstimate& a, const PlanEstimate& b) {
-    if (a.step_s != b.step_s) return a.step_s < b.step_s;
-    if (a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
-    return a.comm_bytes < b.comm_bytes;
-  });
+  rank_fastest_first(out.ranked);
   return out;
 }
 

@@ -1,40 +1,21 @@
 // The Llama block's parts for any tp size, wired by TransformerBlock (the residual stream around them).
 #include "layers/llama/llama_block.hpp"
 
-#include "layers/linear.hpp"
 #include "layers/llama/head_rmsnorm.hpp"
 #include "layers/llama/llama_attention.hpp"
 #include "layers/llama/rmsnorm.hpp"
 #include "layers/llama/swiglu_mlp.hpp"
-#include "layers/parallel/column_parallel_linear.hpp"
-#include "layers/parallel/row_parallel_linear.hpp"
+#include "layers/parallel/tp_projection.hpp"
 
 namespace cleave::layers {
-
-namespace {
-
-// A projection (biased only where asked: Qwen2's q, k, v), [..., in] -> [..., out]: a Linear on one rank, else this tp rank's
-// column-parallel (output features split) or row-parallel (input features split) shard.
-enum class Split { kColumns, kRows };
-LayerPtr projection(const std::string& name, std::int64_t in, std::int64_t out, Split split, const ParamInit& init,
-                    int tp_size, int tp_rank, bool bias = false) {
-  if (tp_size == 1) return std::make_unique<Linear>(name, in, out, bias, init);
-  if (split == Split::kColumns) {
-    return std::make_unique<ColumnParallelLinear>(name, in, out, bias, init, tp_size, tp_rank);
-  }
-  CLEAVE_ASSERT(!bias, "projection {}: a row-parallel llama projection has no bias", name);
-  return std::make_unique<RowParallelLinear>(name, in, out, false, init, tp_size, tp_rank);
-}
-
-}  // namespace
 
 LayerPtr make_llama_attention(const partition::BlockSpec& b, const ParamInit& init, int tp_size, int tp_rank) {
   const std::int64_t d = b.in_features, hd = d / b.n_heads;
   const std::string p = b.name + ".attn";
-  auto q = projection(p + ".q", d, b.n_heads * hd, Split::kColumns, init, tp_size, tp_rank, b.qkv_bias);
-  auto k = projection(p + ".k", d, b.n_kv_heads * hd, Split::kColumns, init, tp_size, tp_rank, b.qkv_bias);
-  auto v = projection(p + ".v", d, b.n_kv_heads * hd, Split::kColumns, init, tp_size, tp_rank, b.qkv_bias);
-  auto o = projection(p + ".o", b.n_heads * hd, d, Split::kRows, init, tp_size, tp_rank);
+  auto q = tp_projection(p + ".q", d, b.n_heads * hd, TpSplit::kColumns, init, tp_size, tp_rank, b.qkv_bias);
+  auto k = tp_projection(p + ".k", d, b.n_kv_heads * hd, TpSplit::kColumns, init, tp_size, tp_rank, b.qkv_bias);
+  auto v = tp_projection(p + ".v", d, b.n_kv_heads * hd, TpSplit::kColumns, init, tp_size, tp_rank, b.qkv_bias);
+  auto o = tp_projection(p + ".o", b.n_heads * hd, d, TpSplit::kRows, init, tp_size, tp_rank);
   QkNorms norms;
   if (b.qk_norm) {
     const float eps = static_cast<float>(b.norm_eps);
@@ -61,10 +42,7 @@ std::unique_ptr<TransformerBlock> make_llama_block(const partition::BlockSpec& b
   auto attn_norm = std::make_unique<RmsNorm>(p + ".attn_norm", d, eps, init);
   auto attn = make_llama_attention(b, init, tp_size, tp_rank);
   auto mlp_norm = std::make_unique<RmsNorm>(p + ".mlp_norm", d, eps, init);
-  auto gate = projection(p + ".mlp.gate", d, f, Split::kColumns, init, tp_size, tp_rank);
-  auto up = projection(p + ".mlp.up", d, f, Split::kColumns, init, tp_size, tp_rank);
-  auto down = projection(p + ".mlp.down", f, d, Split::kRows, init, tp_size, tp_rank);
-  auto mlp = std::make_unique<SwigluMlp>(p + ".mlp", std::move(gate), std::move(up), std::move(down), tp);
+  auto mlp = make_swiglu_mlp(p + ".mlp", d, f, init, tp_size, tp_rank);
   return std::make_unique<TransformerBlock>(p, std::move(attn_norm), std::move(attn), std::move(mlp_norm),
                                             std::move(mlp), tp, TransformerBlock::Family::kLlama);
 }

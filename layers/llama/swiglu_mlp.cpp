@@ -3,6 +3,7 @@
 
 #include "kernels/ops/ops.hpp"
 #include "layers/layer_util.hpp"
+#include "layers/parallel/tp_projection.hpp"
 
 namespace cleave::layers {
 
@@ -51,6 +52,14 @@ std::vector<std::shared_ptr<Param>> SwigluMlp::params() const {
     for (auto& p : part->params()) out.push_back(p);
   }
   return out;
+}
+
+std::unique_ptr<SwigluMlp> make_swiglu_mlp(const std::string& prefix, std::int64_t d, std::int64_t f,
+                                           const ParamInit& init, int tp_size, int tp_rank) {
+  auto gate = tp_projection(prefix + ".gate", d, f, TpSplit::kColumns, init, tp_size, tp_rank);
+  auto up = tp_projection(prefix + ".up", d, f, TpSplit::kColumns, init, tp_size, tp_rank);
+  auto down = tp_projection(prefix + ".down", f, d, TpSplit::kRows, init, tp_size, tp_rank);
+  return std::make_unique<SwigluMlp>(prefix, std::move(gate), std::move(up), std::move(down), tp_size > 1);
 }
 
 }  // namespace cleave::layers

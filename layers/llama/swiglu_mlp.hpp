@@ -2,7 +2,7 @@
 // h = silu(gate) * up (ops::swiglu_forward) -> down ("<prefix>.down", F -> D). No biases.
 //
 // One implementation serves every layout; only the three projections differ: Linears on one rank;
-// ColumnParallelLinear gate and up with RowParallelLinear down under tensor parallelism (make_llama_block),
+// ColumnParallelLinear gate and up with RowParallelLinear down under tensor parallelism (make_swiglu_mlp),
 // SwiGLU then running on the local F / tp columns. The gate and up parts map [..., D] to [..., F_local];
 // the down part [..., F_local] to [..., D]. Under sequence parallelism gate and up share one all-gather of x
 // and one reduce-scatter of their summed dx (layers/parallel/shared_input.hpp).
@@ -15,6 +15,7 @@
 #include <string>
 
 #include "layers/layer.hpp"
+#include "layers/param_init.hpp"
 #include "layers/parallel/shared_input.hpp"
 
 namespace cleave::layers {
@@ -37,5 +38,10 @@ class SwigluMlp final : public Layer {
   LayerPtr gate_, up_, down_;
   SharedInputParts gate_up_{{gate_.get(), up_.get()}};  // one gather / reduce-scatter under sequence parallelism
 };
+
+// A SwigluMlp named `prefix` (D -> F -> D) for any tp size: its gate, up and down projections ("<prefix>.gate" ...)
+// made in that order (tp_projection.hpp: Linears on one rank, else this tp rank's shards).
+std::unique_ptr<SwigluMlp> make_swiglu_mlp(const std::string& prefix, std::int64_t d, std::int64_t f,
+                                           const ParamInit& init, int tp_size, int tp_rank);
 
 }  // namespace cleave::layers

@@ -1,31 +1,13 @@
 // The moe block's parts for any tp size, wired by TransformerBlock (see moe_block.hpp).
 #include "layers/moe/moe_block.hpp"
 
-#include "layers/linear.hpp"
 #include "layers/llama/llama_block.hpp"
 #include "layers/llama/rmsnorm.hpp"
 #include "layers/llama/swiglu_mlp.hpp"
 #include "layers/moe/moe_mlp.hpp"
 #include "layers/moe/shared_expert_gate.hpp"
-#include "layers/parallel/column_parallel_linear.hpp"
-#include "layers/parallel/row_parallel_linear.hpp"
 
 namespace cleave::layers {
-namespace {
-
-// A projection without bias: a Linear on one rank, else this tp rank's column- or row-parallel shard.
-enum class Split { kColumns, kRows };
-LayerPtr projection(const std::string& name, std::int64_t in, std::int64_t out, Split split, const ParamInit& init,
-                    int tp_size, int tp_rank) {
-  if (tp_size == 1) return std::make_unique<Linear>(name, in, out, false, init);
-  if (split == Split::kColumns) {
-    return std::make_unique<ColumnParallelLinear>(name, in, out, false, init, tp_size, tp_rank);
-  }
-  return std::make_unique<RowParallelLinear>(name, in, out, false, init, tp_size, tp_rank);
-}
-
-}  // namespace
-
 std::unique_ptr<TransformerBlock> make_moe_block(const partition::BlockSpec& b, const partition::MoeConfig& config,
                                                  const ParamInit& init, int tp_size, int tp_rank, int ep_size,
                                                  int ep_rank) {
@@ -52,11 +34,7 @@ std::unique_ptr<TransformerBlock> make_moe_block(const partition::BlockSpec& b, 
   const std::string m = p + ".moe";
   LayerPtr shared;
   if (b.n_shared_experts > 0) {
-    const std::int64_t s = b.n_shared_experts * f;
-    auto gate = projection(m + ".shared.gate", d, s, Split::kColumns, init, tp_size, tp_rank);
-    auto up = projection(m + ".shared.up", d, s, Split::kColumns, init, tp_size, tp_rank);
-    auto down = projection(m + ".shared.down", s, d, Split::kRows, init, tp_size, tp_rank);
-    shared = std::make_unique<SwigluMlp>(m + ".shared", std::move(gate), std::move(up), std::move(down), tp);
+    shared = make_swiglu_mlp(m + ".shared", d, b.n_shared_experts * f, init, tp_size, tp_rank);
     if (b.shared_expert_gate) shared = std::make_unique<SharedExpertGate>(m + ".shared_gate", d, std::move(shared), init);
   }
   auto moe = std::make_unique<MoeMlp>(m, d, f, router, std::move(shared), init, tp_size, tp_rank, ep_size, ep_rank);

@@ -75,13 +75,7 @@ EvalCounts VocabParallelCrossEntropy::evaluate(const Tensor& logits, const Tenso
   Tensor neg_index = new_workspace(ctx, Shape{logits.shape().rows()});
   ops::cross_entropy_shard_argmax(ctx, logits, range(), mx, neg_index);
   tp_all_reduce(neg_index, comm::ReduceOp::kMax, ctx, tp_size_, tp_rank_, kWho);  // the first arg-max of the row
-  const ops::CorrectCount count = ops::count_correct(ctx, neg_index, targets);
-  EvalCounts out;
-  out.rows = count.rows;
-  out.correct = count.correct;
-  // count_correct waited for the stream already: one more read-back of one float (device-safe).
-  out.loss_sum = static_cast<double>(ops::to_host(ctx, loss).to_floats()[0]) * static_cast<double>(count.rows);
-  return out;
+  return eval_counts(ctx, loss, neg_index, targets);
 }
 
 }  // namespace cleave::layers

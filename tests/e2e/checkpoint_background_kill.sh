@@ -10,26 +10,8 @@
 #     checkpoint's commit, naming the step and the temporary directory; nothing is committed past step 4.
 #  3. checkpoint.background=false writes the same files as the background run (the save is the same bytes).
 # Usage: checkpoint_background_kill.sh CLEAVE MPIEXEC [FLAGS...]
-set -u
-cleave=$1; shift
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-cat > tiny.json <<'JSON'
-{
-  "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
-  "parallel": {"pipeline_model_parallel_size": 2},
-  "batch": {"global_batch_size": 8, "micro_batch_size": 2},
-  "optimizer": {"type": "adamw", "lr": 0.003, "grad_clip": 0.5, "warmup_steps": 2},
-  "train": {"steps": 12, "seed": 9, "deterministic": true, "eval_batches": 0, "log_interval": 100,
-            "comm_timeout_s": 20},
-  "checkpoint": {"interval": 4},
-  "data": {"type": "synthetic"}
-}
-JSON
-fail() { echo "FAIL $*"; exit 1; }
-losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1/metrics.jsonl"; }
+source "$(dirname "$0")/checkpoint_setup.sh" "$@"  # cleave, mpiexec, $work, fail, losses, tiny_config
+tiny_config parallel.pipeline_model_parallel_size=2 train.seed=9 train.comm_timeout_s=20
 train() { "${mpiexec[@]}" -n 2 "$cleave" train tiny.json "$@"; }
 
 train --set train.out_dir=ref > ref.log 2>&1 || { cat ref.log; fail "reference run"; }

@@ -8,31 +8,13 @@
 # the middle of training, steps after the newest checkpoint: the resumed run redoes them and drops their
 # metrics rows. The watchdog is on in both (train.comm_timeout_s 20).
 # Usage: checkpoint_crash.sh CLEAVE MPIEXEC [FLAGS...]   (Open MPI 4: ranks are mpiexec's children)
-set -u
-cleave=$1; shift
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+source "$(dirname "$0")/checkpoint_setup.sh" "$@"  # cleave, mpiexec, $work, fail, losses, tiny_config
 interval=${CRASH_INTERVAL:-1}
 # Long enough that the kill always lands before the end, even when the poll below is starved under ctest -j2
 # (with 60 steps the run once finished first).
 total=200
-cat > tiny.json <<'JSON'
-{
-  "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
-  "parallel": {"pipeline_model_parallel_size": 2},
-  "batch": {"global_batch_size": 8, "micro_batch_size": 2},
-  "optimizer": {"type": "adamw", "lr": 0.003, "grad_clip": 0.5, "warmup_steps": 2},
-  "train": {"steps": TOTAL, "seed": 9, "deterministic": true, "eval_batches": 0, "log_interval": 100,
-            "comm_timeout_s": 20},
-  "checkpoint": {"interval": INTERVAL, "keep_last": 2},
-  "data": {"type": "synthetic"}
-}
-JSON
-sed -i "s/INTERVAL/$interval/; s/TOTAL/$total/" tiny.json
-fail() { echo "FAIL $*"; exit 1; }
-losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1/metrics.jsonl"; }
+tiny_config parallel.pipeline_model_parallel_size=2 train.steps="$total" train.seed=9 train.comm_timeout_s=20 \
+  checkpoint.interval="$interval" checkpoint.keep_last=2
 
 "${mpiexec[@]}" -n 2 "$cleave" train tiny.json --set train.out_dir=ref > ref.log 2>&1 || { cat ref.log; fail "reference run"; }
 

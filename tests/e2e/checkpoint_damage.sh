@@ -14,24 +14,8 @@
 # then every checkpoint damaged: one error listing each, nothing renamed or written; a 2-rank pp2 run whose
 # damage only rank 1 reads falls back on both ranks; data.path with synthetic data is refused.
 # Usage: checkpoint_damage.sh CLEAVE MPIEXEC [FLAGS...]
-set -u
-cleave=$1; shift
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-cat > tiny.json <<'JSON'
-{
-  "model": {"type": "gpt", "vocab_size": 256, "d_model": 32, "n_layers": 2, "n_heads": 4, "seq_len": 16},
-  "batch": {"global_batch_size": 8, "micro_batch_size": 4},
-  "optimizer": {"type": "adamw", "lr": 0.003, "grad_clip": 0.5, "warmup_steps": 2},
-  "train": {"steps": 12, "seed": 7, "deterministic": true, "eval_batches": 0, "log_interval": 100, "report": false},
-  "checkpoint": {"interval": 4, "keep_last": 3},
-  "data": {"type": "synthetic"}
-}
-JSON
-fail() { echo "FAIL $*"; exit 1; }
-losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1/metrics.jsonl"; }
+source "$(dirname "$0")/checkpoint_setup.sh" "$@"  # cleave, mpiexec, $work, fail, losses, tiny_config
+tiny_config model.vocab_size=256 model.n_layers=2 batch.micro_batch_size=4 train.report=false checkpoint.keep_last=3
 train() { local log=$1; shift; "$cleave" train tiny.json "$@" > "$log" 2>&1; }
 sums() { (cd "$1" && md5sum ./* | sort); }
 # flip FILE TENSOR|@OFFSET|@data: one bit flipped in the middle of TENSOR's bytes in a safetensors file, at OFFSET,

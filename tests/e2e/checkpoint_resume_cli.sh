@@ -15,25 +15,8 @@
 #  5. A MoE resume may change model.aux_loss_coef only with --allow-config-change, and then uses the new value;
 #     --init-from takes a new one from the config.
 # Usage: checkpoint_resume_cli.sh CLEAVE MPIEXEC [FLAGS...]
-set -u
-cleave=$1; shift
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-cat > tiny.json <<'JSON'
-{
-  "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
-  "batch": {"global_batch_size": 8, "micro_batch_size": 2},
-  "optimizer": {"type": "adamw", "lr": 0.003, "grad_clip": 0.5, "warmup_steps": 2},
-  "train": {"steps": 12, "seed": 7, "deterministic": true, "eval_batches": 0, "log_interval": 100},
-  "checkpoint": {"interval": 4, "keep_last": 3},
-  "data": {"type": "synthetic"}
-}
-JSON
-
-fail() { echo "FAIL $*"; exit 1; }
-losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1/metrics.jsonl"; }
+source "$(dirname "$0")/checkpoint_setup.sh" "$@"  # cleave, mpiexec, $work, fail, losses, tiny_config
+tiny_config checkpoint.keep_last=3
 train() {  # train RANKS LOG ARGS...
   local ranks=$1 log=$2; shift 2
   if [ "$ranks" -eq 1 ]; then "$cleave" train tiny.json "$@" > "$log" 2>&1

@@ -1,6 +1,7 @@
 // Device probing, selection and library versions (device.hpp).
 #include "engine/cuda/device.hpp"
 
+#include <cuda.h>
 #include <cudnn.h>
 
 #include "engine/core/allocator.hpp"
@@ -38,21 +39,58 @@ void set_device(int index) {
   CLEAVE_CUDA_CHECK(cudaSetDevice(index));
 }
 
-DeviceGuard::DeviceGuard(int index) : index_(index) {
-  CLEAVE_CUDA_CHECK(cudaGetDevice(&previous_));
-  if (previous_ != index_) CLEAVE_CUDA_CHECK(cudaSetDevice(index_));
+bool primary_context_active(int index) noexcept {
+  using DeviceGet = CUresult (*)(CUdevice*, int);
+  using PrimaryCtxGetState = CUresult (*)(CUdevice, unsigned int*, int*);
+  struct Entries {
+    DeviceGet device_get = nullptr;
+    PrimaryCtxGetState get_state = nullptr;
+  };
+  static const Entries entries = [] {
+    Entries e;
+    void* device_get = nullptr;
+    void* get_state = nullptr;
+    cudaDriverEntryPointQueryResult found_get = cudaDriverEntryPointSymbolNotFound;
+    cudaDriverEntryPointQueryResult found_state = cudaDriverEntryPointSymbolNotFound;
+    const bool ok =
+        cudaGetDriverEntryPointByVersion("cuDeviceGet", &device_get, 12000, cudaEnableDefault, &found_get) ==
+            cudaSuccess &&
+        cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &get_state, 12000, cudaEnableDefault,
+                                         &found_state) == cudaSuccess &&
+        found_get == cudaDriverEntryPointSuccess && found_state == cudaDriverEntryPointSuccess;
+    if (!ok) {
+      cudaGetLastError();  // not knowing is an answer (true below), not an error for the next checked call
+      return e;
+    }
+    e.device_get = reinterpret_cast<DeviceGet>(device_get);
+    e.get_state = reinterpret_cast<PrimaryCtxGetState>(get_state);
+    return e;
+  }();
+  if (entries.get_state == nullptr) return true;
+  CUdevice device{};
+  unsigned int flags = 0;
+  int active = 1;
+  if (entries.device_get(&device, index) != CUDA_SUCCESS) return true;
+  if (entries.get_state(device, &flags, &active) != CUDA_SUCCESS) return true;
+  return active != 0;
 }
 
-DeviceGuard::DeviceGuard(int index, const std::nothrow_t&) noexcept : index_(index) {
-  if (cudaGetDevice(&previous_) != cudaSuccess) {
+DeviceGuard::DeviceGuard(int index, DeviceCalls calls) : index_(index), calls_(calls) {
+  CLEAVE_CUDA_CHECK(calls_.get_device(&previous_));
+  if (previous_ != index_) CLEAVE_CUDA_CHECK(calls_.set_device(index_));
+}
+
+DeviceGuard::DeviceGuard(int index, const std::nothrow_t&, DeviceCalls calls) noexcept : index_(index), calls_(calls) {
+  if (calls_.get_device(&previous_) != cudaSuccess) {
     previous_ = index_;  // nothing to restore
     return;
   }
-  if (previous_ != index_ && cudaSetDevice(index_) != cudaSuccess) previous_ = index_;
+  if (previous_ != index_ && calls_.set_device(index_) != cudaSuccess) previous_ = index_;
 }
 
 DeviceGuard::~DeviceGuard() {
-  if (previous_ != index_) cudaSetDevice(previous_);
+  // Only a device this process has initialized: restoring another would initialize its primary context (header).
+  if (previous_ != index_ && calls_.context_active(previous_)) calls_.set_device(previous_);
 }
 
 std::string DeviceInfo::str() const {

@@ -23,14 +23,31 @@ int device_count();  // probe_devices().count
 int current_device();
 void set_device(int index);  // CLEAVE_CHECK: 0 <= index < device_count(), the message names the count
 
+// Whether `index`'s primary context has been initialized in this process (cuDevicePrimaryCtxGetState, reached
+// through the runtime's driver entry points: no link to libcuda). Never initializes one; true when it cannot tell.
+bool primary_context_active(int index) noexcept;
+
+// What DeviceGuard asks CUDA: the runtime's calls, or stand-ins (tests/unit/cuda/device_guard_test.cpp, no GPU).
+struct DeviceCalls {
+  cudaError_t (*get_device)(int*) = cudaGetDevice;
+  cudaError_t (*set_device)(int) = cudaSetDevice;
+  bool (*context_active)(int) noexcept = primary_context_active;
+};
+
 // Makes `index` current for a scope and restores the previous device afterwards. Setting the device is
 // checked; restoring is not (a destructor must not throw). The std::nothrow form checks nothing, for use in
 // destructors and cleanup paths: if the device cannot be made current, the scope runs on the current one.
 // The project's one device guard (the NCCL backend uses it too).
+//
+// A previous device without a primary context is not restored (`index` stays current): since CUDA 12
+// cudaSetDevice initializes the device's primary context, so a rank of cuda:1 whose thread still had the default
+// cuda:0 (the NCCL world is built before the rank makes its device current) would leave a context on GPU 0 per
+// rank (hundreds of MiB each), or, in exclusive-process compute mode, a failed cudaSetDevice as the error the
+// next launch's check reports. (PyTorch's device guard defers the same restore.)
 class DeviceGuard {
  public:
-  explicit DeviceGuard(int index);
-  DeviceGuard(int index, const std::nothrow_t&) noexcept;
+  explicit DeviceGuard(int index, DeviceCalls calls = {});
+  DeviceGuard(int index, const std::nothrow_t&, DeviceCalls calls = {}) noexcept;
   ~DeviceGuard();
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
@@ -38,6 +55,7 @@ class DeviceGuard {
  private:
   int index_;
   int previous_ = 0;
+  DeviceCalls calls_;
 };
 
 struct DeviceInfo {

@@ -39,12 +39,11 @@ CudaStream& CudaStream::operator=(CudaStream&& other) noexcept {
 
 void CudaStream::destroy() noexcept {
   if (stream_.native() == nullptr) return;
-  int previous = 0;
-  cudaGetDevice(&previous);
-  cudaSetDevice(stream_.device().index);
-  // Pending work still completes: cudaStreamDestroy returns at once and releases the stream when idle.
-  cudaStreamDestroy(native());
-  cudaSetDevice(previous);
+  {
+    DeviceGuard guard(stream_.device().index, std::nothrow);  // restores only a device with a context (device.hpp)
+    // Pending work still completes: cudaStreamDestroy returns at once and releases the stream when idle.
+    cudaStreamDestroy(native());
+  }
   stream_ = Stream();
 }
 

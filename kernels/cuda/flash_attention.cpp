@@ -3,6 +3,7 @@
 #include "kernels/cuda/flash_attention.hpp"
 
 #include "engine/cuda/cuda_check.hpp"
+#include "kernels/cuda/launch_config.hpp"
 
 namespace cleave::kernels::cuda {
 namespace {
@@ -15,6 +16,13 @@ void check_shape(const char* op, const FlashAttentionShape& s) {
   CLEAVE_CHECK(flash_attention_can_implement(s),
                "cuda {}: head dimension {} is above the kernels' {} (use a smaller head or the cpu)", op, s.head_dim,
                kFlashMaxHeadDim);
+  CLEAVE_CHECK(launch::flash_grid_fits(s.q_len, launch::kFlashRowsPerBlock, s.q_heads, s.batch) &&
+                   launch::flash_grid_fits(s.kv_len, launch::kFlashKeysPerBlock, s.kv_heads, s.batch),
+               "cuda {}: batch {} and heads {} / {} must each be at most {} (the kernels' grid y and z: split the "
+               "batch), and {} queries / {} keys at most {} / {} (grid x)",
+               op, s.batch, s.q_heads, s.kv_heads, launch::kMaxGridYZ, s.q_len, s.kv_len,
+               launch::kFlashRowsPerBlock * ((int64_t{1} << 31) - 1),
+               launch::kFlashKeysPerBlock * ((int64_t{1} << 31) - 1));
 }
 
 }  // namespace

@@ -107,6 +107,15 @@ inline LaunchConfig flash_key_rows(int64_t kv_len, int64_t kv_heads, int64_t bat
           0};
 }
 
+// Whether flash_query_rows(len, heads, batch) (len query rows) or flash_key_rows (len keys) is a legal grid as
+// given: the kernels stride over nothing, so heads and batch must fit grid y and z (kMaxGridYZ) and the row or key
+// blocks grid x without the clamp above. The launchers refuse a shape this rejects (flash_attention.cpp) instead of
+// CUDA's "invalid configuration argument" naming no size.
+constexpr bool flash_grid_fits(int64_t len, int64_t per_block, int64_t heads, int64_t batch) {
+  return len >= 0 && heads >= 1 && batch >= 0 && heads <= kMaxGridYZ && batch <= kMaxGridYZ &&
+         (len + per_block - 1) / per_block <= (int64_t{1} << 31) - 1;
+}
+
 // Mixture-of-experts routing weights' gradient (moe.cu): one warp per kMoeOutputsPerWarp outputs, grid-stride
 // over those warp tiles; each warp keeps one [32 x 33] f32 tile in static shared memory (4,224 B, 33,792 B a block).
 inline LaunchConfig moe_weight_grad_tiles(int64_t outputs) {

@@ -12,6 +12,7 @@
 
 #include "engine/comm/host_reduce.hpp"
 #include "engine/cuda/caching_allocator.hpp"
+#include "engine/cuda/device.hpp"
 #include "engine/comm/nccl/nccl_communicator.hpp"
 #include "engine/comm/nccl/ordered_reduce.hpp"
 #include "tests/gpu/comm/gpu_comm_env.hpp"
@@ -42,6 +43,11 @@ class Nccl : public ::testing::Test {
     options.timeout_s = kTestTimeoutS;
     options.device = -1;  // from the launcher's local rank, as in production
     nccl_ = std::make_unique<comm::NcclCommunicator>(*mpi_, options);
+    // The rank's device current (as RankSetup makes it): the tests' own streams, launches and legacy-stream copies
+    // go to it. Without this, rank 1 of gpu_comm_test_np2 (cuda:1) made WaitsForTheCallersStream's stream on
+    // cuda:0, where recording the communicator's cuda:1 event on it fails, and ran the ordered-reduce kernel on
+    // cuda:0 over cuda:1's memory.
+    cuda::set_device(nccl_->device());
     comm::NcclOptions det_options = options;
     det_options.deterministic = true;
     det_ = std::make_unique<comm::NcclCommunicator>(*mpi_, det_options);

@@ -52,7 +52,8 @@ TEST_F(CudaDevice, GuardRestoresTheCurrentDevice) {
     cuda::DeviceGuard guard(other);
     EXPECT_EQ(cuda::current_device(), other);
   }
-  EXPECT_EQ(cuda::current_device(), 0);
+  EXPECT_EQ(cuda::current_device(), 0);  // cuda:0 has a context (set_device made it): restored
+  EXPECT_TRUE(cuda::primary_context_active(0));
 }
 
 // A stream belongs to the current device (stream.hpp): one for another device is refused naming both; one for the

@@ -402,6 +402,36 @@ TEST(GpuTraining, LayoutsOnOneGpu) {
   }
 }
 
+// Ring attention's bf16 path on the device (cp 2, ring, both ranks on cuda:0 through the staged world): each rank's
+// q, out and dout widened to f32 on the device, the bf16 K/V blocks rotated and widened per block, the partials
+// merged in f32 and rounded once, dq and the travelling dK/dV accumulated in f32 and rounded at home
+// (layers/context_parallel/ring_attention.cpp). Against the same layout on the CPU (cp 2 over MPI: the same blocks,
+// merges and roundings in the same order), so the difference is the GPU's kernels against the CPU's in bf16: per
+// step within kBf16VsFp32, the bound Bf16TracksFp32 holds one GPU rank to one CPU rank to in bf16.
+TEST(GpuTraining, LayoutsOnOneGpuCp2RingBf16) {
+  auto mpi = make_world();
+  if (mpi->size() != 2) GTEST_SKIP() << "needs 2 ranks (ctest gpu_train_test_np2 runs it under mpiexec -n 2)";
+  CLEAVE_REQUIRE_GPU();
+  comm::CommOptions options;
+  options.timeout_s = kTestTimeoutS * 4;
+  const std::int64_t steps = 6;
+  const std::vector<std::string> overrides = {"train.steps=6", "model.tie_embeddings=false",
+                                              "parallel.comm_backend=mpi", "device.precision=bf16",
+                                              "parallel.context_parallel_size=2", "parallel.context_parallel_comm=ring"};
+  comm::World cpu_world = comm::make_world_communicator(mpi_runtime(), config::CommBackend::kMpi, DeviceType::kCpu,
+                                                        options);
+  const auto cpu = train_losses(on(tiny_gpt(overrides), "cpu"), *cpu_world.comm, steps);
+  comm::World staged =
+      comm::make_world_communicator(mpi_runtime(), config::CommBackend::kMpi, DeviceType::kCuda, options);
+  ASSERT_EQ(staged.comm->backend(), "mpi+staging");
+  const auto gpu = train_losses(on(tiny_gpt(overrides), "cuda"), *staged.comm, steps);
+  if (mpi->rank() == 0) {
+    const double diff = max_rel_diff(gpu, cpu);
+    std::printf("[ gpu ] cp2 ring bf16 on one GPU: max rel loss diff to cp2 ring bf16 on the CPU %.3g\n", diff);
+    EXPECT_LE(diff, kBf16VsFp32);
+  }
+}
+
 // Expert parallelism with both ranks on cuda:0 through the staged world (ctest gpu_train_test_np2): the MoE
 // dispatch exchanges its counts (read back to the host, after the stream's queued compute has been waited for
 // outside the all-to-all timers: moe_mlp.cpp), its rows and the combine over the device, with and without the

@@ -10,13 +10,16 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "engine/core/error.hpp"
 #include "kernels/cuda/bias.hpp"
 #include "kernels/cuda/elementwise.hpp"
+#include "kernels/cuda/flash_attention.hpp"
 #include "kernels/cuda/launch_config.hpp"
 #include "kernels/cuda/layernorm.hpp"
 #include "kernels/cuda/rmsnorm.hpp"
@@ -136,6 +139,57 @@ TEST(CudaLaunchConfig, AttentionGridsCoverEveryRowHeadAndSample) {
     EXPECT_EQ(keys.grid.y, p.heads);
     EXPECT_EQ(keys.grid.z, p.batch);
   }
+}
+
+// The attention kernels do not stride over heads or samples (grid y and z) nor over their row or key blocks (grid x):
+// flash_grid_fits accepts exactly the shapes whose grid is legal as computed, and the launchers refuse the others by
+// name before any CUDA call (a null pointer is never read), instead of CUDA's "invalid configuration argument".
+TEST(CudaLaunchConfig, FlashGridFitsExactlyTheLegalGrids) {
+  constexpr int64_t kMaxX = (int64_t{1} << 31) - 1;
+  for (int64_t per_block : {launch::kFlashRowsPerBlock, launch::kFlashKeysPerBlock}) {
+    for (int64_t len : {int64_t{0}, int64_t{1}, per_block * kMaxX, per_block * kMaxX + 1}) {
+      for (int64_t heads : {int64_t{1}, launch::kMaxGridYZ, launch::kMaxGridYZ + 1}) {
+        for (int64_t batch : {int64_t{0}, int64_t{1}, launch::kMaxGridYZ, launch::kMaxGridYZ + 1}) {
+          const bool legal = (len + per_block - 1) / per_block <= kMaxX && heads <= 65535 && batch <= 65535;
+          EXPECT_EQ(launch::flash_grid_fits(len, per_block, heads, batch), legal)
+              << "len " << len << " per block " << per_block << " heads " << heads << " batch " << batch;
+          if (legal && len > 0 && batch > 0) {
+            const kc::LaunchConfig c = per_block == launch::kFlashRowsPerBlock
+                                           ? launch::flash_query_rows(len, heads, batch)
+                                           : launch::flash_key_rows(len, heads, batch);
+            EXPECT_EQ(c.grid.y, heads);
+            EXPECT_EQ(c.grid.z, batch);
+            EXPECT_GE(c.grid.x * per_block, len);  // every row or key has its block: nothing clamped away
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaLaunchConfig, FlashAttentionRefusesAnIllegalGridByName) {
+  kc::FlashAttentionShape s;
+  s.batch = launch::kMaxGridYZ + 1;  // one sample past grid z
+  s.q_len = s.kv_len = 4;
+  s.q_heads = s.kv_heads = 1;
+  s.head_dim = 8;
+  s.ld_q = s.ld_k = s.ld_v = s.ld_o = 8;
+  const auto refused = [](const std::function<void()>& call, const std::string& what) {
+    try {
+      call();
+      ADD_FAILURE() << what << " accepted a grid past its limits";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("grid y and z"), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  refused([&] { kc::flash_attention_forward(kc::FloatType::kF32, nullptr, nullptr, nullptr, nullptr, nullptr, s,
+                                            nullptr); }, "forward, batch 65536");
+  s.batch = 2;
+  s.q_heads = launch::kMaxGridYZ + 1;  // grid y of the query-row kernels
+  refused([&] {
+    kc::flash_attention_backward(kc::FloatType::kBF16, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                 nullptr, nullptr, s, false, nullptr, ~std::size_t{0}, nullptr);
+  }, "backward, 65536 query heads");
 }
 
 // The MoE weight gradient: warp tiles of kMoeOutputsPerWarp outputs, grid-stride over the tiles; each warp's

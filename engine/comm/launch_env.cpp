@@ -4,8 +4,13 @@
 #include <charconv>
 #include <string>
 #include <cstdlib>
+#include <map>
+#include <vector>
 #include <set>
 #include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/core/error.hpp"
 
@@ -145,6 +150,27 @@ int select_device(const LocalRank& local, int device_count, std::string_view hos
                "launch at most {} ranks per node",
                hostname, local.local_rank, local.source, device_count, visible_devices, device_count);
   return local.local_rank;
+}
+
+GpuOwnership gpu_ownership(std::span<const GpuRecord> records) {
+  for (std::size_t q = 0; q < records.size(); ++q) {
+    if (records[q].gpu.empty()) return {false, fmt::format("rank {} has no GPU of its own ({})", q, records[q].error)};
+  }
+  std::map<std::pair<std::string, std::string>, std::vector<std::size_t>> holders;  // (host, bus id) -> ranks
+  for (std::size_t q = 0; q < records.size(); ++q) holders[{records[q].host, records[q].gpu}].push_back(q);
+  // The shared GPU named is the one of the lowest rank that shares, so every rank words the same verdict.
+  const std::vector<std::size_t>* first = nullptr;
+  std::pair<std::string, std::string> where;
+  for (const auto& [gpu, ranks] : holders) {
+    if (ranks.size() > 1 && (first == nullptr || ranks.front() < first->front())) {
+      first = &ranks;
+      where = gpu;
+    }
+  }
+  if (first == nullptr) return {true, {}};
+  const std::vector<std::size_t> head(first->begin(), first->end() - 1);
+  return {false, fmt::format("ranks {} and {} share GPU {} on host {}", fmt::join(head, ", "), first->back(),
+                             where.second, where.first)};
 }
 
 }  // namespace cleave::comm

@@ -76,4 +76,21 @@ LocalRank resolve_local_rank(std::span<const std::string> hostnames, std::span<c
 int select_device(const LocalRank& local, int device_count, std::string_view hostname,
                   std::string_view visible_devices);
 
+// One rank's GPU as the ranks compare them before a NCCL world is made (engine/comm/nccl/nccl_world.hpp): the
+// host, and the PCI bus id of the device select_device picked (a physical GPU: two ranks that each see one GPU
+// through their own CUDA_VISIBLE_DEVICES both pick cuda:0 and still hold different GPUs), or why it has none.
+struct GpuRecord {
+  std::string host;
+  std::string gpu;    // PCI bus id; empty when `error` says why the rank has no GPU
+  std::string error;
+};
+
+struct GpuOwnership {
+  bool own = false;    // every rank has a GPU and no two ranks on one host hold the same one
+  std::string detail;  // when not: the first rank without a GPU and why, or every rank sharing the first shared GPU
+};
+
+// The verdict over every rank's record (index = world rank). Pure: unit-tested without a GPU.
+GpuOwnership gpu_ownership(std::span<const GpuRecord> records);
+
 }  // namespace cleave::comm

@@ -26,18 +26,27 @@ Device run_device(const config::RunConfig& config, const comm::Communicator& wor
   // Without a launcher's word, one node holds the whole world.
   const int local_rank = launcher ? launcher->local_rank : world.rank();
   const int local_size = launcher && launcher->local_size > 0 ? launcher->local_size : world.size();
-  const int gpus = ops::visible_devices(DeviceType::kCuda);
-  CLEAVE_CHECK(gpus > 0, "device.type \"cuda\": rank {} sees no CUDA device (check the driver and "
-               "CUDA_VISIBLE_DEVICES), or set device.type \"cpu\"", world.rank());
   const bool gpus_shared = world.backend() != "nccl";  // the staged MPI world serves several ranks per GPU
-  CLEAVE_CHECK(local_size <= gpus || gpus_shared,
-               "device.type \"cuda\": {} ranks on this node but {} GPU(s) visible; launch at most {} rank(s) per node, "
-               "or set parallel.comm_backend \"mpi\" so ranks share GPUs through the staged world",
-               local_size, gpus, gpus);
-  return Device::cuda(local_rank % gpus);
+  return Device::cuda(
+      rank_gpu({world.rank(), local_rank, local_size, ops::visible_devices(DeviceType::kCuda), gpus_shared}));
 }
 
 }  // namespace
+
+int rank_gpu(const GpuPlacement& p) {
+  CLEAVE_CHECK(p.visible_gpus > 0, "device.type \"cuda\": rank {} sees no CUDA device (check the driver and "
+               "CUDA_VISIBLE_DEVICES), or set device.type \"cpu\"", p.world_rank);
+  // One visible GPU: the launcher bound one per rank (srun --gpus-per-task=1, --gpu-bind=single:1, a wrapper
+  // setting CUDA_VISIBLE_DEVICES per local rank), or every rank shares it; the NCCL world exists only after the
+  // ranks compared their GPUs' PCI bus ids (comm::gpu_ownership), so under NCCL they are distinct GPUs.
+  if (p.visible_gpus == 1) return 0;
+  CLEAVE_CHECK(p.local_size <= p.visible_gpus || p.gpus_shared,
+               "device.type \"cuda\": {} ranks on this node but {} GPUs visible to rank {}; launch at most {} ranks "
+               "per node, or bind one GPU per rank (srun --gpus-per-task=1, or CUDA_VISIBLE_DEVICES per local rank), "
+               "or set parallel.comm_backend \"mpi\" so ranks share GPUs through the staged world",
+               p.local_size, p.visible_gpus, p.world_rank, p.visible_gpus);
+  return p.local_rank % p.visible_gpus;
+}
 
 RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Backend* backend)
     : config(std::move(c)), world(w), grid(make_grid(config, w.size())), coords(grid.coords_of(w.rank())) {

@@ -12,9 +12,12 @@
 // cuda:<local rank> through the seam's factories (kernels/ops/ops.hpp), so this file includes no CUDA header;
 // the constructor makes that device current for the calling thread (ops::make_device_current) before it
 // builds the stream, so the thread that constructs a RankSetup is the one that runs its work.
-// More ranks on a node than GPUs is refused naming both counts, unless the world is the staged MPI world
-// (parallel.comm_backend "mpi", or "auto" where GPUs are shared), which lets several ranks share one GPU
-// (rank r then uses cuda:<local rank mod GPUs>).
+// A rank that sees exactly one GPU runs on it (cuda:0), whatever the node's rank count: the launcher bound one
+// GPU per rank (srun --gpus-per-task=1), and under NCCL the world has already checked that the ranks' GPUs
+// are distinct (comm::gpu_ownership, before NCCL's init). More ranks on a node than the GPUs each rank sees
+// (two or more) is refused naming both counts, unless the world is the staged MPI world (parallel.comm_backend
+// "mpi", or "auto" where GPUs are shared), which lets several ranks share one GPU (rank r then uses
+// cuda:<local rank mod GPUs>). rank_gpu states the rule.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -36,6 +39,19 @@ namespace cleave::train {
 // The CPU kernels this process runs for `config` (device.blas resolved on this machine for bf16 operands, the
 // kernels' threads), as the memory plan reads them (run_plan::CpuKernels): resolved before the plan is made.
 run_plan::CpuKernels cpu_kernels_of(const config::RunConfig& config);
+
+// What places a rank on a GPU (rank_gpu): the launcher's local rank and node size (or the world's, without a
+// launcher), the GPUs this rank sees, and whether the world lets ranks share a GPU (the staged MPI world).
+struct GpuPlacement {
+  int world_rank = 0;
+  int local_rank = 0;
+  int local_size = 1;
+  int visible_gpus = 0;
+  bool gpus_shared = false;
+};
+
+// The CUDA device index of a rank (see Placement above). Pure; throws Error naming the counts and the fix.
+int rank_gpu(const GpuPlacement& placement);
 
 struct RankSetup {
   // `world` must outlive the setup. Resolves the config against world.size(), builds the grid groups

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <vector>
 
 #include "engine/comm/launch_env.hpp"
@@ -53,21 +52,20 @@ GpuPerRank probe_gpu_per_rank(const MpiCommunicator& world) {
   CLEAVE_MPI_CHECK(
       MPI_Allgather(send.data(), static_cast<int>(kRecord), MPI_CHAR, all.data(), static_cast<int>(kRecord), MPI_CHAR,
                     world.native()));
-  std::map<std::string, int> holder;  // "host bus id" -> first rank holding it
+  std::vector<GpuRecord> records(static_cast<std::size_t>(n));
   for (int q = 0; q < n; ++q) {
     const std::string record(all.data() + static_cast<std::size_t>(q) * kRecord);
-    if (record.empty() || record[0] != 'G') {
-      return {false, fmt::format("rank {} has no GPU of its own ({})", q, record.empty() ? "" : record.substr(1))};
-    }
-    const std::string gpu = record.substr(1);
-    const auto [it, fresh] = holder.emplace(gpu, q);
-    if (!fresh) {
-      const auto space = gpu.rfind(' ');
-      return {false, fmt::format("ranks {} and {} share GPU {} on host {}", it->second, q, gpu.substr(space + 1),
-                                 gpu.substr(0, space))};
+    GpuRecord& r = records[static_cast<std::size_t>(q)];
+    const auto space = record.rfind(' ');
+    if (!record.empty() && record[0] == 'G' && space != std::string::npos) {
+      r.host = record.substr(1, space - 1);
+      r.gpu = record.substr(space + 1);
+    } else {
+      r.error = record.empty() ? "no answer" : record.substr(1);
     }
   }
-  return {true, {}};
+  const GpuOwnership verdict = gpu_ownership(records);
+  return {verdict.own, verdict.detail};
 }
 
 std::unique_ptr<Communicator> make_nccl_world(MpiCommunicator& bootstrap, const CommOptions& options) {

@@ -17,8 +17,10 @@ struct GpuPerRank {
 };
 
 // Collective over `world`. Each rank picks its device as NcclCommunicator does (launcher local rank and the
-// visible devices, launch_env.hpp); the ranks then compare host name and PCI bus id. A rank that cannot
-// pick a device still joins the comparison (it reports why), so no rank is left waiting.
+// visible devices, launch_env.hpp); the ranks then compare host name and PCI bus id (gpu_ownership,
+// launch_env.hpp), before any NCCL communicator exists, so ranks sharing a GPU are named here instead of by
+// NCCL's "Duplicate GPU detected" at init. A rank that cannot pick a device still joins the comparison (it
+// reports why), so no rank is left waiting.
 GpuPerRank probe_gpu_per_rank(const MpiCommunicator& world);
 
 // An NcclCommunicator over `bootstrap`'s members (device from the local rank). Collective; `bootstrap` may

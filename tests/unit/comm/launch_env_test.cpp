@@ -1,8 +1,13 @@
 // Rank discovery (world rank and size from each launcher's variables, cross-checked against MPI's numbers),
-// local-rank and device selection from launcher variables and host names (no MPI, no GPU).
+// local-rank and device selection from launcher variables and host names, the ranks' GPU comparison before a
+// NCCL world (no MPI, no GPU).
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <map>
+#include <string>
+#include <vector>
 
 #include "engine/comm/launch_env.hpp"
 #include "engine/core/error.hpp"
@@ -84,6 +89,63 @@ TEST(LaunchEnv, DeviceSelection) {
     EXPECT_NE(m.find("4 devices visible (CUDA_VISIBLE_DEVICES='0,1,2,3')"), std::string::npos) << m;
   }
   EXPECT_THROW(select_device({0, 1, "x"}, 0, "node1", ""), Error);
+}
+
+// The records the NCCL world's probe compares (nccl_world.cpp): each rank's host and the PCI bus id of the device
+// select_device picked, or select_device's refusal.
+GpuRecord record_of(const LocalRank& local, int visible, const std::vector<std::string>& bus_ids,
+                    const std::string& host) {
+  try {
+    return {host, bus_ids.at(static_cast<std::size_t>(select_device(local, visible, host, ""))), ""};
+  } catch (const Error& e) {
+    return {host, "", e.what()};
+  }
+}
+
+TEST(GpuOwnership, OneGpuPerRankBoundByTheLauncherIsOwn) {
+  // srun --gpus-per-task=1 on two nodes of 4: every rank sees one GPU (its cuda:0), a different one.
+  std::vector<GpuRecord> records;
+  for (const char* host : {"n1", "n2"}) {
+    for (int l = 0; l < 4; ++l) {
+      records.push_back(record_of({l, 4, "SLURM_LOCALID"}, 1, {fmt::format("0000:{:02x}:00.0", 0x10 + l)}, host));
+    }
+  }
+  const GpuOwnership verdict = gpu_ownership(records);
+  EXPECT_TRUE(verdict.own) << verdict.detail;
+  EXPECT_EQ(verdict.detail, "");
+}
+
+TEST(GpuOwnership, RanksSharingOneGpuAreNamedWithTheGpuAndHost) {
+  // Three ranks on n1 each see the same single GPU (no per-rank binding); n2's rank has its own.
+  std::vector<GpuRecord> records;
+  for (int l = 0; l < 3; ++l) records.push_back(record_of({l, 3, "x"}, 1, {"0000:17:00.0"}, "n1"));
+  records.push_back(record_of({0, 1, "x"}, 1, {"0000:17:00.0"}, "n2"));  // same bus id, other host: not shared
+  const GpuOwnership verdict = gpu_ownership(records);
+  EXPECT_FALSE(verdict.own);
+  EXPECT_EQ(verdict.detail, "ranks 0, 1 and 2 share GPU 0000:17:00.0 on host n1");
+  EXPECT_EQ(gpu_ownership(std::vector<GpuRecord>{records[3], records[0], records[1]}).detail,
+            "ranks 1 and 2 share GPU 0000:17:00.0 on host n1");
+  // The same bus id on two hosts alone is two GPUs.
+  EXPECT_TRUE(gpu_ownership(std::vector<GpuRecord>{records[0], records[3]}).own);
+}
+
+TEST(GpuOwnership, MoreRanksThanVisibleGpusNamesTheRankWithoutOne) {
+  const std::vector<std::string> bus{"0000:01:00.0", "0000:02:00.0"};
+  std::vector<GpuRecord> records;
+  for (int l = 0; l < 3; ++l) records.push_back(record_of({l, 3, "OMPI_COMM_WORLD_LOCAL_RANK"}, 2, bus, "n1"));
+  const GpuOwnership verdict = gpu_ownership(records);
+  EXPECT_FALSE(verdict.own);
+  EXPECT_NE(verdict.detail.find("rank 2 has no GPU of its own (host n1: local rank 2"), std::string::npos)
+      << verdict.detail;
+  EXPECT_NE(verdict.detail.find("2 devices visible"), std::string::npos) << verdict.detail;
+}
+
+TEST(GpuOwnership, FewerRanksThanVisibleGpusIsOwn) {
+  const std::vector<std::string> bus{"0000:01:00.0", "0000:02:00.0", "0000:03:00.0", "0000:04:00.0"};
+  std::vector<GpuRecord> records;
+  for (int l = 0; l < 2; ++l) records.push_back(record_of({l, 2, "x"}, 4, bus, "n1"));
+  EXPECT_EQ(records[1].gpu, "0000:02:00.0");
+  EXPECT_TRUE(gpu_ownership(records).own);
 }
 
 // The message of the Error `fn` throws (fails the test when it throws nothing).

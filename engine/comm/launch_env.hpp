@@ -1,5 +1,5 @@
-// Rank discovery, local rank and device selection from the launcher's environment (CPU code, no MPI,
-// unit-tested).
+// Rank discovery, local rank and device selection from the launcher's environment, and the verdict on the
+// ranks' GPUs before a NCCL world (CPU code, no MPI, unit-tested).
 //
 // World rank and size, by launcher (the first family whose rank variable is set speaks for the launcher):
 //   Open MPI mpirun/mpiexec                                      OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE

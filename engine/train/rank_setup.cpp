@@ -37,8 +37,8 @@ int rank_gpu(const GpuPlacement& p) {
   CLEAVE_CHECK(p.visible_gpus > 0, "device.type \"cuda\": rank {} sees no CUDA device (check the driver and "
                "CUDA_VISIBLE_DEVICES), or set device.type \"cpu\"", p.world_rank);
   // One visible GPU: the launcher bound one per rank (srun --gpus-per-task=1, --gpu-bind=single:1, a wrapper
-  // setting CUDA_VISIBLE_DEVICES per local rank), or every rank shares it; the NCCL world exists only after the
-  // ranks compared their GPUs' PCI bus ids (comm::gpu_ownership), so under NCCL they are distinct GPUs.
+  // setting CUDA_VISIBLE_DEVICES per local rank), or every rank shares it; the world factory makes a NCCL world
+  // only after the ranks compared their GPUs' PCI bus ids (comm::gpu_ownership), so under NCCL they are distinct.
   if (p.visible_gpus == 1) return 0;
   CLEAVE_CHECK(p.local_size <= p.visible_gpus || p.gpus_shared,
                "device.type \"cuda\": {} ranks on this node but {} GPUs visible to rank {}; launch at most {} ranks "

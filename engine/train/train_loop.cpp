@@ -167,7 +167,8 @@ void log_run_start(const RankSetup& s, const Throughput& throughput, const DataS
 }
 
 // On world rank 0: the output directory (a resumed run continues in its own: metrics rows after the checkpoint's
-// step are dropped, the previous config.json kept when it differs), config.json, the metrics writer, the progress
+// step are dropped, the previous config.json kept when it differs; --resume auto without a checkpoint starts fresh
+// with the earlier attempt's run files moved aside, resume.hpp), config.json, the metrics writer, the progress
 // line and the first log lines. Elsewhere: nothing.
 RunOutputs open_run_outputs(const RankSetup& s, const TrainOptions& options, const StartPoint& start,
                             const Throughput& throughput, const DataSource& train_data) {
@@ -178,6 +179,13 @@ RunOutputs open_run_outputs(const RankSetup& s, const TrainOptions& options, con
   if (!resuming) prepare_out_dir(cfg.train.out_dir);
   else std::filesystem::create_directories(cfg.train.out_dir);
   if (start.resumed) keep_previous_config(cfg.train.out_dir, config::to_json(cfg) + "\n", start.step);
+  if (resuming && !start.resumed) {  // --resume auto found no checkpoint: a fresh start, over nothing earlier
+    const std::string kept = keep_earlier_attempt(cfg.train.out_dir);
+    if (!kept.empty()) {
+      log::info("resume: no checkpoint to continue, so this is a fresh start; the earlier attempt's run files "
+                "(metrics.jsonl, config.json, ...) are kept in {}", kept);
+    }
+  }
   write_text_file(cfg.train.out_dir + "/config.json", config::to_json(cfg) + "\n");
   const std::string metrics_path = cfg.train.out_dir + "/metrics.jsonl";
   if (resuming) out.counts = keep_metrics_through(metrics_path, start.step);

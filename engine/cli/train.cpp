@@ -51,8 +51,9 @@ with an ETA; redirected to a file it is plain lines.)");
       .text("--resume", "auto|PATH",
             "continue a run from a checkpoint: auto = the latest complete one under\n"
             "checkpoint.dir (default <train.out_dir>/checkpoints; a fresh start when there is\n"
-            "none), or PATH = a step_NNNNNNN directory (or a directory holding them). The layout\n"
-            "may differ from the one it was saved under. metrics.jsonl keeps rows up to the\n"
+            "none, the earlier run's files moved to <train.out_dir>/earlier_attempt_N/), or\n"
+            "PATH = a step_NNNNNNN directory (or a directory holding them). The layout may\n"
+            "differ from the one it was saved under. metrics.jsonl keeps rows up to the\n"
             "checkpoint's step and continues after it. The config is compared with the one\n"
             "the checkpoint was trained with: keys of length, logging, evaluation, checkpoint\n"
             "cadence and layout (train.steps, train.*_interval, checkpoint.*, parallel.*, the\n"

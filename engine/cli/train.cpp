@@ -164,6 +164,7 @@ int run_train(int argc, char** argv) {
     train::Trainer trainer(config, *world.comm);
     if (init) options.init = &*init;  // loaded by train() once the output paths are checked
     train::install_stop_request_handler();  // SIGUSR1: save a checkpoint at the next step and stop
+    options.save_on_signal = true;           // so checkpoint.dir is checked at start even without interval or final save
     const train::TrainSummary summary = trainer.train(options);
     // A stop on request exits 0 on every rank: under mpirun a rank's non-zero exit would end its peers while they
     // still finish the run's files; the log line (and cleave run's own exit code 75) say it stopped early.

@@ -68,11 +68,13 @@ std::string held_checkpoints(const std::string& dir) {
 // now, not after the steps it was meant to keep. Every rank writes checkpoint files; rank 0 the run files. A
 // fresh run (no --resume) never writes over another run: an out_dir holding one, or a checkpoint.dir holding
 // checkpoints (another run's: the fresh run's saves would replace its steps and prune the rest), is refused
-// here, before the weights are read or a step is run.
-void check_output_paths(RankSetup& s, const std::string& checkpoints, bool fresh) {
+// here, before the weights are read or a step is run. A run that saves only on SIGUSR1 (`save_on_signal`, no interval,
+// no final save) is checked as a saving run: the signal's save would otherwise meet an unwritable or foreign
+// checkpoint.dir after the steps it was meant to keep.
+void check_output_paths(RankSetup& s, const std::string& checkpoints, bool fresh, bool save_on_signal) {
   RankFailure failure;
   try {
-    const bool saves = s.config.checkpoint.interval > 0 || s.config.checkpoint.save_final;
+    const bool saves = s.config.checkpoint.interval > 0 || s.config.checkpoint.save_final || save_on_signal;
     if (s.reports()) check_output_dir("train.out_dir", s.config.train.out_dir);
     if (saves) check_output_dir("checkpoint.dir", checkpoints);
     if (fresh && s.reports()) {
@@ -322,7 +324,7 @@ TrainSummary Trainer::train(const TrainOptions& options) {
   const auto& cfg = s.config;
   const std::string checkpoints = checkpoint_root();
   impl.throughput.peak = options.peak;
-  check_output_paths(s, checkpoints, /*fresh=*/options.resume.empty());
+  check_output_paths(s, checkpoints, /*fresh=*/options.resume.empty(), options.save_on_signal);
   // --init-from with --resume (a fine-tune's own command line, as cleave run restarts it): the source's weights
   // start the run only when there is no checkpoint to continue; a resumed run's weights are its checkpoint's.
   const bool continuing = resume_continues_a_run(options.resume, checkpoints);

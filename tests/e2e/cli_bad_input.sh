@@ -280,6 +280,16 @@ else
   echo "ok   checkpoint-dir-of-another-run: $(grep -m 1 'already holds checkpoints' <<<"$out" | cut -c1-120)"
 fi
 
+# A run that saves only on SIGUSR1 (checkpoint.interval 0, no final save: cleave train always installs the handler)
+# checks its checkpoint.dir at start as any saving run does: a file there, or another run's checkpoints, are bad input
+# before any step (the signal's save found them after the steps it was meant to keep). ck1 untouched.
+printf 'x' > ckfile
+bad_input signal-save-dir-is-a-file late 'checkpoint.dir ckfile exists and is not a directory' \
+  --set checkpoint.interval=0 --set checkpoint.save_final=false --set checkpoint.dir=ckfile
+bad_input signal-save-dir-of-another-run late 'checkpoint.dir ck1/checkpoints already holds checkpoints' \
+  --set checkpoint.interval=0 --set checkpoint.save_final=false --set checkpoint.dir=ck1/checkpoints
+[ "$before" = "$(ck_state)" ] || { echo "FAIL signal-save: ck1's checkpoints changed"; failures=$((failures + 1)); }
+
 # The run's config.json trained again elsewhere: its checkpoint.dir (ck1/checkpoints, derived from the out_dir) follows
 # the new train.out_dir, so the round trip trains (it was refused for saving into ck1's checkpoints), ck1 untouched.
 if "$cleave" train ck1/config.json --set train.out_dir=ck3 --set train.steps=1 > ck3.log 2>&1 && [ -d ck3/checkpoints ] &&

@@ -97,7 +97,8 @@ Run it without mpiexec: --trial K starts `mpiexec -n N cleave train` itself for 
               "start no round that would end after this many seconds (the first round always runs)", 600, 0)
       .text("--launcher", "CMD",
             "MPI launcher for --trial, words split at spaces (default: mpiexec, with\n"
-            "--oversubscribe when N exceeds this machine's cores); `-n N` is appended")
+            "--oversubscribe when N exceeds this machine's cores); `-n N` is appended. No\n"
+            "quoting: a word holding a space cannot be given (wrap the launcher in a script)")
       .config_overrides();
   return p;
 }

@@ -51,7 +51,9 @@ restart is recorded in <train.out_dir>/supervisor/supervisor.json, run.json ("re
       .number("--teardown-grace", "S", "after a failure line, seconds the launcher may take to end the job", 20.0, 0)
       .text("--launcher", "CMD",
             "launcher words before `-n N` (default mpiexec; srun --mpi=pmix --kill-on-bad-exit=1 in a\n"
-            "SLURM allocation), e.g. \"mpiexec --oversubscribe\"")
+            "SLURM allocation), e.g. \"mpiexec --oversubscribe\". Split at spaces, with no quoting: a\n"
+            "word holding a space (a path, a flag's value) cannot be given; put the launcher in a\n"
+            "script on a path without spaces and name that")
       .text("--profile", "FILE", "hardware profile for the planner (default: measure this machine once)")
       .text("--memory-limit", "SIZE", "the planner's cap per rank (default: device.memory_limit)")
       .epilog(R"(example:   cleave run --slots 4 --max-restarts 3 -- examples/gpt_fortunes.json --set train.steps=2000 \

@@ -30,6 +30,7 @@
 #include "engine/cli/plan_trial.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/core/progress.hpp"
@@ -175,8 +176,9 @@ std::string frequent_refusals(const planner::SearchResult& result, std::size_t t
   }
   // No valid plan: the config against this world (a batch dp cannot divide, more stages than blocks, heads tp cannot
   // split, ...) is the command line's input, found before any run; the most frequent reasons say what to change.
-  CLEAVE_CHECK_INPUT(closest != nullptr, "plan: none of the {} plans of {} ranks is valid for this config: {}; change "
-                     "--world or the config", result.rejected.size(), world, frequent_refusals(result, 3));
+  CLEAVE_CHECK_INPUT(closest != nullptr, "plan: none of the {} plans of {} is valid for this config: {}; change "
+                     "--world or the config", result.rejected.size(), count_of(world, "rank"),
+                     frequent_refusals(result, 3));
   std::string needs;
   for (int c = 0; c < kNumMemoryCategories; ++c) {
     if (least[c] > 0) {

@@ -15,6 +15,7 @@
 
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/supervise/supervisor.hpp"
@@ -118,8 +119,8 @@ int run_run(int argc, char** argv) {
     o.slots = supervise::parse_hostfile(text, hostfile);
     o.use_hostfile = true;
     CLEAVE_CHECK_INPUT(!args.given("--slots") || args.count("--slots") == static_cast<std::int64_t>(o.slots.size()),
-                 "run: --slots {} but --hostfile {} lists {} slots; give one of them", args.count("--slots"), hostfile,
-                 o.slots.size());
+                 "run: --slots {} but --hostfile {} lists {}; give one of them", args.count("--slots"), hostfile,
+                 count_of(static_cast<std::int64_t>(o.slots.size()), "slot"));
   } else if (args.given("--slots")) {
     o.slots = supervise::local_slots(static_cast<int>(args.count("--slots")));
   } else if (const char* tasks = std::getenv("SLURM_NTASKS"); tasks != nullptr && in_slurm != nullptr) {

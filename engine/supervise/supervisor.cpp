@@ -23,6 +23,7 @@
 #include <fmt/ranges.h>
 
 #include "engine/config/config.hpp"
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
@@ -335,8 +336,9 @@ void check_fresh_start(const SuperviseOptions& o, const config::RunConfig& base)
                      "run: train.out_dir {} already holds a run; nothing was started. Continue it with --resume auto "
                      "after the --, or give another --set train.out_dir=...",
                      out_dir);
-  CLEAVE_CHECK_INPUT(static_cast<int>(o.slots.size()) >= o.min_ranks, "run: {} slots is fewer than --min-ranks {}",
-                     o.slots.size(), o.min_ranks);
+  CLEAVE_CHECK_INPUT(static_cast<int>(o.slots.size()) >= o.min_ranks, "run: {} {} fewer than --min-ranks {}",
+                     count_of(static_cast<std::int64_t>(o.slots.size()), "slot"), o.slots.size() == 1 ? "is" : "are",
+                     o.min_ranks);
 }
 
 // The run's paths; creates train.out_dir and this supervisor's own records directory.

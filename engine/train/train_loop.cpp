@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
@@ -148,11 +149,12 @@ struct RunOutputs {
 void log_run_start(const RankSetup& s, const Throughput& throughput, const DataSource& train_data,
                    const PeakFlops& peak) {
   const auto& cfg = s.config;
-  log::info("cleave: {} | {} | model {} ({} blocks in {} stage{}: {}) | batch {} = micro {} x accum {} x dp {} | "
+  log::info("cleave: {} | {} | model {} ({} in {}: {}) | batch {} = micro {} x accum {} x dp {} | "
             "data {}",
             s.grid.str(), cfg.parallel.pipeline_model_parallel_size > 1 ? "schedule " + s.plan.schedule.name
                                                                         : std::string("single stage"),
-            s.plan.spec.type, s.plan.spec.blocks.size(), s.plan.num_stages(), s.plan.num_stages() == 1 ? "" : "s",
+            s.plan.spec.type, count_of(static_cast<std::int64_t>(s.plan.spec.blocks.size()), "block"),
+            count_of(s.plan.num_stages(), "stage"),
             s.plan.describe_partition(),
             s.batch.global_batch_size, s.batch.micro_batch_size, s.batch.gradient_accumulation_steps,
             s.grid.dp_size(), train_data.describe());

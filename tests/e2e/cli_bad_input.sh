@@ -144,7 +144,7 @@ run_input run-virtual-stages 'parallel\.virtual_pipeline_stages: schedule 1f1b' 
     --set parallel.virtual_pipeline_stages=3
 run_input run-no-slots 'run: give --slots N or --hostfile FILE' -- "${set_out[@]}"
 run_input run-no-dashes 'run: put the training job after --' --slots 1
-run_input run-min-ranks 'run: 1 slots is fewer than --min-ranks 2' --slots 1 --min-ranks 2 -- "${set_out[@]}"
+run_input run-min-ranks 'run: 1 slot is fewer than --min-ranks 2' --slots 1 --min-ranks 2 -- "${set_out[@]}"
 run_input run-launcher-missing 'run: the launcher no-such-launcher cannot be started \(not found in PATH\); nothing was started' \
     --slots 1 --launcher "no-such-launcher -x" -- "${set_out[@]}"
 run_input run-launcher-empty 'run: --launcher is empty' --slots 1 --launcher "" -- "${set_out[@]}"

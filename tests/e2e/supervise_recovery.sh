@@ -244,7 +244,7 @@ refuse)
   cap=$(python3 -c "import json; d=json.load(open('one.json')); p=d['plans'] if isinstance(d,dict) else d; print(int(min(x['peak_bytes'] for x in p) * 0.9))")
   CLEAVE_FAULT_INJECT_1=1:3:forward:kill sup --slots 2 --profile cpu_profile.json --memory-limit "$cap" -- \
     tiny.json "${pp2[@]}" --set train.out_dir=cap --set checkpoint.background=false > cap.log 2>&1 && fail "a cap no plan meets exited 0"
-  grep -q "giving up: no layout fits at the 1 rank left (no plan on 1 ranks fits the memory cap .*); the smallest world that fits is 2 ranks" cap.log \
+  grep -q "giving up: no layout fits at the 1 rank left (no plan on 1 rank fits the memory cap .*); the smallest world that fits is 2 ranks" cap.log \
     || { cat cap.log; fail "the memory-cap refusal does not name the smallest world"; }
   [ -f cap/checkpoints/step_0000002/index.json ] || fail "memory cap: checkpoint gone"
   # An out_dir that holds a run: refused before anything starts.

@@ -125,7 +125,7 @@ config::RunConfig checkpoint_config(const std::string& dir, const std::optional<
   const std::int64_t vocab = config::token_vocab_size(config.model);
   if (tok) {
     CLEAVE_CHECK_INPUT(tok->vocab_size() <= vocab,
-                       "generate: --tokenizer {} has {} tokens but checkpoint {} has model.vocab_size {}: the "
+                       "generate: --tokenizer: {} has {} tokens but checkpoint {} has model.vocab_size {}: the "
                        "tokenizer's ids {}..{} would not fit the model; give the tokenizer the model was trained "
                        "with (at most {} tokens)",
                        tok->source(), tok->vocab_size(), dir, vocab, vocab, tok->vocab_size() - 1, vocab);

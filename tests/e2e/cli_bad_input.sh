@@ -314,6 +314,8 @@ cmd_error() {  # NAME REGEX COMMAND ARGS...
 cmd_error export-no-out 'export: --out FILE\.safetensors is required' export ck1/checkpoints
 cmd_error export-format "export: --format must be cleave or hf, got 'onnx'" export ck1/checkpoints --format onnx --out out
 cmd_error export-dtype "export: --dtype must be f32 or bf16, got 'f16'" export ck1/checkpoints --dtype f16 --out out
+cmd_error export-shard-zero "export: --max-shard-size 0: a shard holds at least one tensor" export ck1/checkpoints \
+  --format hf --max-shard-size 0 --out out
 cmd_error import-no-out 'import: --out CKPT is required' import ck1
 cmd_error import-run-dir 'import: ck1 is a Cleave run directory, not a Hugging Face model directory: cleave train --init-from ck1/checkpoints' import ck1 --out out
 cmd_error import-checkpoint 'import: ck1/checkpoints is a Cleave checkpoint, not a Hugging Face' import ck1/checkpoints --out out

@@ -132,6 +132,9 @@ int run_run(int argc, char** argv) {
   o.max_restarts = static_cast<int>(args.count("--max-restarts"));
   o.keep_layout = args.on("--keep-layout");
   o.health_check = args.text("--health-check");
+  CLEAVE_CHECK_INPUT(!args.given("--health-check") || o.health_check.find_first_not_of(" \t") != std::string::npos,
+                     "run: --health-check is empty; give a shell command that exits 0 for a healthy slot, or drop "
+                     "--health-check (every slot left is then used)");
   o.max_lost_seconds = args.number("--max-lost-seconds");
   o.teardown_grace_s = args.number("--teardown-grace");
   o.profile = args.text("--profile");

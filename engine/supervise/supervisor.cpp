@@ -34,6 +34,7 @@
 #include "engine/supervise/restart_checkpoint.hpp"
 #include "engine/supervise/restart_record.hpp"
 #include "engine/train/checkpoint/config_change.hpp"
+#include "engine/train/checkpoint/resume_fallback.hpp"
 #include "engine/train/checkpoint/weight_source.hpp"
 #include "engine/train/data/make_data_source.hpp"
 #include "engine/train/stop_request.hpp"
@@ -325,10 +326,11 @@ SuperviseOptions planning_options(const SuperviseOptions& o, const config::RunCo
 }
 
 // Bad input, found before any job starts, as the trainer would stop each attempt (ExitCode::kBadInput): an unknown
-// --allow-config-change key, a missing or unreadable data file, a train.out_dir that already holds a run without
-// --resume, fewer slots than --min-ranks.
+// --allow-config-change key, a missing or unreadable data file, a --resume PATH holding no checkpoint, a train.out_dir
+// that already holds a run without --resume, fewer slots than --min-ranks.
 void check_fresh_start(const SuperviseOptions& o, const config::RunConfig& base) {
   train::check_data_files(base);  // a missing data file would fail every attempt
+  train::check_resume_argument(o.resume);  // a --resume PATH that holds no checkpoint would fail every attempt
   train::check_allowed_keys(allowed_changes(o.train_args), nlohmann::json::parse(config::to_json(base)));
   const std::string& out_dir = base.train.out_dir;
   CLEAVE_CHECK_INPUT(!o.resume.empty() ||

@@ -148,6 +148,9 @@ run_input run-min-ranks 'run: 1 slot is fewer than --min-ranks 2' --slots 1 --mi
 run_input run-launcher-missing 'run: the launcher no-such-launcher cannot be started \(not found in PATH\); nothing was started' \
     --slots 1 --launcher "no-such-launcher -x" -- "${set_out[@]}"
 run_input run-launcher-empty 'run: --launcher is empty' --slots 1 --launcher "" -- "${set_out[@]}"
+run_input run-health-check-empty 'run: --health-check is empty' --slots 1 --health-check " " -- "${set_out[@]}"
+run_input run-resume-no-dir '--resume no/such/dir: no such checkpoint directory' --slots 1 -- "${set_out[@]}" \
+    --resume no/such/dir
 mkdir -p held && echo '{"step": 1}' > held/metrics.jsonl
 run_input run-out-dir-holds-run 'run: train.out_dir held already holds a run; nothing was started' --slots 1 -- \
     --set train.out_dir=held --set train.steps=2

@@ -332,6 +332,7 @@ cmd_error simulate-no-schedule 'simulate: --schedule is required' simulate
 cmd_error simulate-no-stages 'simulate: --stages P is required with schedule 1f1b' simulate --schedule 1f1b --microbatches 4
 cmd_error simulate-unknown-schedule "simulate: unknown schedule 'zb-h9'" simulate --schedule zb-h9 --stages 2 --microbatches 4
 cmd_error bench-unknown-schedule "bench: --schedules entry 'zb-h9' is not a schedule" bench --schedules 1f1b,zb-h9 --out out
+cmd_error bench-repeated-schedule "bench: --schedules lists '1f1b' twice" bench --schedules 1f1b,zb_h1,1f1b --out out
 cmd_error bench-virtual-stages "bench: --schedules entry 'zb_v:x': virtual stages after ':' must be a whole number" bench --schedules zb_v:x --out out
 # Files the command line names that are missing or unreadable: bad input too (they exited 1).
 printf 'some text\n' > text.txt

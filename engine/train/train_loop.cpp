@@ -340,11 +340,21 @@ TrainSummary Trainer::train(const TrainOptions& options) {
   }
   // Resume first: a checkpoint that cannot be loaded fails before anything is written.
   const StartPoint start = start_point(impl, options, checkpoints);
+  TrainSummary summary;
+  if (start.resumed && start.step == cfg.train.steps) {
+    // A finished run resumed (or cleave run's restart after the final save): no step to run, and its run.json,
+    // report and config.json are left as they are (rewriting them would put a 0-step run's numbers over its own).
+    if (s.reports()) {
+      log::info("resume: {} holds step {}, which is train.steps: the run is complete; nothing was run or written "
+                "(raise train.steps to continue it)", start.from, start.step);
+    }
+    summary.completed = true;
+    return summary;
+  }
   RunOutputs out = open_run_outputs(s, options, start, impl.throughput, *impl.train_data);
   // Peak memory counts the model, not whatever earlier runs in this process left behind.
   s.allocator->reset_peak();
 
-  TrainSummary summary;
   try {
     summary = run_steps(*this, impl, start, out, checkpoints);
   } catch (const std::exception&) {

@@ -100,6 +100,15 @@ grep -q "fresh start; the earlier attempt's run files .* are kept in nockpt/earl
 [ -f nockpt/earlier_attempt_1/run.json ] && [ -f nockpt/earlier_attempt_1/config.json ] || fail "run.json/config.json not kept"
 [ "$(wc -l < nockpt/metrics.jsonl)" -eq 2 ] || fail "the fresh start's metrics.jsonl"
 echo "ok   --resume auto without a checkpoint: a fresh start, the earlier attempt kept in nockpt/earlier_attempt_1"
+# --resume of a finished run (its checkpoint holds train.steps): nothing runs and nothing is rewritten (run.json kept
+# the 0-step run's peak memory over the run's own).
+before=$(md5sum one/run.json one/metrics.jsonl one/config.json one/report.html)
+train 1 done.log --set train.out_dir=one --resume auto || { cat done.log; fail "--resume of a finished run"; }
+grep -q "holds step 12, which is train.steps: the run is complete; nothing was run or written" done.log \
+  || { cat done.log; fail "the finished run's resume does not say so"; }
+[ "$before" = "$(md5sum one/run.json one/metrics.jsonl one/config.json one/report.html)" ] \
+  || fail "the finished run's files were rewritten"
+echo "ok   --resume of a finished run: nothing run, nothing rewritten"
 
 # A corrupt checkpoint: refused before any step, names the file, writes nothing.
 cp -r one broken

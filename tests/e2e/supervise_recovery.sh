@@ -238,6 +238,8 @@ refuse)
   grep -q "no checkpoint yet under .*: restarting from step 0 (2 steps done so far are redone)" fresh.log \
     || { cat fresh.log; fail "the restart from step 0 is not said"; }
   [ "$(field fresh/run.json 'd["restarts"][0]["steps_redone"]')" = 2 ] || fail "steps redone"
+  # The restart from step 0 (--resume auto, no checkpoint) moved the failed attempt's rows aside, not over them.
+  [ "$(wc -l < fresh/earlier_attempt_1/metrics.jsonl)" -eq 2 ] || fail "the failed attempt's metrics.jsonl was not kept"
   # A memory cap no plan meets on the one rank left: the error names the smallest world that fits.
   "$cleave" plan tiny.json --world 1 --profile cpu_profile.json --json one.json > /dev/null 2>&1 \
     || fail "cleave plan --world 1"

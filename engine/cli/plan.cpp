@@ -63,8 +63,8 @@ Run it without mpiexec: --trial K starts `mpiexec -n N cleave train` itself for 
       .count("--world", "N", "ranks the plan is for (required)", std::nullopt)
       .text("--profile", "FILE", "hardware profile (profiles/*.json); default: measure this machine now")
       .size("--memory-limit", "SIZE",
-            "cap per rank, e.g. 64MiB or 80GiB (default: device.memory_limit, else the\n"
-            "profile's device memory, else none)")
+            "cap per rank, e.g. 64MiB or 80GiB; 0: no cap (default: device.memory_limit,\n"
+            "else the profile's device memory, else none)")
       .count("--top", "K", "plans to print", 10)
       .text("--write", "FILE",
             "write the best plan as a config for `mpirun -np N cleave train FILE`, with a\n"

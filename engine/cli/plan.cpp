@@ -535,7 +535,11 @@ int run_plan(int argc, char** argv) {
                "plan: --ep-imbalance {} prices expert parallelism, and model.type {} has no experts (only \"moe\" "
                "has); drop --ep-imbalance", ep_imbalance, base.model.type);
 
-  auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
+  // A --profile measured for another model or precision cannot serve this config: the command line's input (exit 64),
+  // as a missing or malformed one is. This machine measured now always fits.
+  auto [profile, options] = profile_path.empty()
+                                ? planner::planning_setup(base, profile_path, limit_text, world)
+                                : reading_input([&] { return planner::planning_setup(base, profile_path, limit_text, world); });
   options.ep_imbalance = ep_imbalance;
   const planner::SearchResult result = planner::search_plans(config_path, overrides, profile, options);
 

@@ -1,6 +1,7 @@
 // Helpers shared by the CPU layers (see layer_util.hpp).
 #include "layers/layer_util.hpp"
 
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "kernels/ops/ops.hpp"
 
@@ -33,8 +34,8 @@ void check_input(const Context& ctx, const Tensor& x, DType dtype, std::int64_t 
   CLEAVE_CHECK(x.device() == ctx.device, "{}: input is on {}, but this layer runs on {}", who, x.device().str(),
                ctx.device.str());
   const bool floating = dtype == DType::kF32 && (x.dtype() == DType::kF32 || x.dtype() == DType::kBF16);
-  CLEAVE_CHECK(x.dtype() == dtype || floating, "{}: expected a {} input, got {} {}", who,
-               dtype == DType::kF32 ? "floating (f32 or bf16)" : dtype_name(dtype), x.shape().str(),
+  CLEAVE_CHECK(x.dtype() == dtype || floating, "{}: expected {} input, got {} {}", who,
+               dtype == DType::kF32 ? "a floating (f32 or bf16)" : with_article(dtype_name(dtype)), x.shape().str(),
                dtype_name(x.dtype()));
   CLEAVE_CHECK(x.rank() >= min_rank, "{}: expected an input of rank >= {}, got {}", who, min_rank, x.shape().str());
   CLEAVE_CHECK(last < 0 || x.shape().last() == last, "{}: expected input [..., {}], got {}", who, last,

@@ -147,6 +147,10 @@ std::vector<ScheduleChoice> parse_schedule_list(const std::string& text) {
                    "bench: --schedules entry '{}': virtual stages after ':' must be a whole number >= 1", entry);
       choice.virtual_stages = std::stoi(v);
     }
+    for (const ScheduleChoice& earlier : out) {
+      CLEAVE_CHECK_INPUT(earlier.name != choice.name || earlier.virtual_stages != choice.virtual_stages,
+                         "bench: --schedules lists '{}' twice; each schedule runs once (drop the repeat)", entry);
+    }
     out.push_back(choice);
     if (end == std::string::npos) break;
     start = end + 1;

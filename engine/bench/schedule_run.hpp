@@ -26,7 +26,8 @@ struct ScheduleChoice {
 };
 
 // Parses `all` (every registered schedule at its default virtual stages) or a comma list of name[:v].
-// Throws InputError (bad input: exit 64) naming an unknown entry and listing the known schedules.
+// Throws InputError (bad input: exit 64) naming an unknown entry and listing the known schedules, or naming an entry
+// listed twice.
 std::vector<ScheduleChoice> parse_schedule_list(const std::string& text);
 
 struct ScheduleRun {

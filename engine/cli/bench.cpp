@@ -118,7 +118,9 @@ void write_bench_outputs(const BenchOptions& o, const bench::BenchSetup& setup, 
   std::filesystem::create_directories(o.out);
   const std::string table = bench::summary_table(setup, runs, skipped);
   std::fputs(table.c_str(), stdout);
-  std::ofstream(std::filesystem::path(o.out) / "bench.json") << bench::bench_json(setup, runs, skipped).dump(2) << "\n";
+  std::ofstream json(std::filesystem::path(o.out) / "bench.json");
+  json << bench::bench_json(setup, runs, skipped).dump(2) << "\n";
+  CLEAVE_CHECK(json.good(), "bench: could not write {}/bench.json", o.out);
   std::ofstream html(std::filesystem::path(o.out) / "bench.html");
   html << bench::bench_html(setup, runs, skipped);
   CLEAVE_CHECK(html.good(), "bench: could not write {}/bench.html", o.out);

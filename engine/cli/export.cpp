@@ -120,6 +120,9 @@ int run_export(int argc, char** argv) {
   const bool bf16 = dtype == "bf16";
   CLEAVE_CHECK_INPUT(hf_format || !args.given("--max-shard-size"),
                "export: --max-shard-size applies to --format hf (a cleave export is one file)");
+  CLEAVE_CHECK_INPUT(args.size("--max-shard-size").value_or(1) > 0,
+                     "export: --max-shard-size 0: a shard holds at least one tensor; give a size such as 5GB, or drop "
+                     "the option for one model.safetensors");
   check_output_file("export: --out", out);  // a file (cleave) or a directory (hf): new, in a writable place
   const checkpoint::ReadSource target = checkpoint_read_source(
       "export", source,

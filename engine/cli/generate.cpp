@@ -27,6 +27,7 @@
 #include "engine/cli/commands.hpp"
 #include "engine/cli/runtime_env.hpp"
 #include "engine/config/config.hpp"
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
@@ -119,21 +120,21 @@ config::RunConfig checkpoint_config(const std::string& dir, const std::optional<
       {"data", {{"type", "synthetic"}}}};
   const config::RunConfig config = config::parse_config(run.dump(), "checkpoint " + dir);
   const bool language = partition::is_language_model(config.model.type);
-  CLEAVE_CHECK_INPUT(language, "generate: checkpoint {} holds a {} model; generation needs a language model (gpt, llama or "
-               "moe)", dir, config.model.type);
+  CLEAVE_CHECK_INPUT(language, "generate: checkpoint {} holds {} model; generation needs a language model (gpt, llama or "
+               "moe)", dir, with_article(fmt::format("{}", config.model.type)));
   const std::int64_t vocab = config::token_vocab_size(config.model);
   if (tok) {
     CLEAVE_CHECK_INPUT(tok->vocab_size() <= vocab,
-                       "generate: --tokenizer {} has {} tokens but checkpoint {} has model.vocab_size {}: the "
+                       "generate: --tokenizer: {} has {} tokens but checkpoint {} has model.vocab_size {}: the "
                        "tokenizer's ids {}..{} would not fit the model; give the tokenizer the model was trained "
                        "with (at most {} tokens)",
                        tok->source(), tok->vocab_size(), dir, vocab, vocab, tok->vocab_size() - 1, vocab);
   } else {
     CLEAVE_CHECK_INPUT(vocab >= 256,
-                 "generate: checkpoint {} holds a {} model with vocab_size {}; generation needs a language model "
+                 "generate: checkpoint {} holds {} model with vocab_size {}; generation needs a language model "
                  "(gpt, llama or moe) with vocab_size >= 256 to feed the prompt's bytes, or --tokenizer FILE whose "
                  "vocabulary fits the model's",
-                 dir, config.model.type, vocab);
+                 dir, with_article(fmt::format("{}", config.model.type)), vocab);
   }
   return config;
 }

@@ -30,6 +30,7 @@
 #include "engine/cli/plan_trial.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/core/progress.hpp"
@@ -62,8 +63,8 @@ Run it without mpiexec: --trial K starts `mpiexec -n N cleave train` itself for 
       .count("--world", "N", "ranks the plan is for (required)", std::nullopt)
       .text("--profile", "FILE", "hardware profile (profiles/*.json); default: measure this machine now")
       .size("--memory-limit", "SIZE",
-            "cap per rank, e.g. 64MiB or 80GiB (default: device.memory_limit, else the\n"
-            "profile's device memory, else none)")
+            "cap per rank, e.g. 64MiB or 80GiB; 0: no cap (default: device.memory_limit,\n"
+            "else the profile's device memory, else none)")
       .count("--top", "K", "plans to print", 10)
       .text("--write", "FILE",
             "write the best plan as a config for `mpirun -np N cleave train FILE`, with a\n"
@@ -97,7 +98,8 @@ Run it without mpiexec: --trial K starts `mpiexec -n N cleave train` itself for 
               "start no round that would end after this many seconds (the first round always runs)", 600, 0)
       .text("--launcher", "CMD",
             "MPI launcher for --trial, words split at spaces (default: mpiexec, with\n"
-            "--oversubscribe when N exceeds this machine's cores); `-n N` is appended")
+            "--oversubscribe when N exceeds this machine's cores); `-n N` is appended. No\n"
+            "quoting: a word holding a space cannot be given (wrap the launcher in a script)")
       .config_overrides();
   return p;
 }
@@ -174,8 +176,9 @@ std::string frequent_refusals(const planner::SearchResult& result, std::size_t t
   }
   // No valid plan: the config against this world (a batch dp cannot divide, more stages than blocks, heads tp cannot
   // split, ...) is the command line's input, found before any run; the most frequent reasons say what to change.
-  CLEAVE_CHECK_INPUT(closest != nullptr, "plan: none of the {} plans of {} ranks is valid for this config: {}; change "
-                     "--world or the config", result.rejected.size(), world, frequent_refusals(result, 3));
+  CLEAVE_CHECK_INPUT(closest != nullptr, "plan: none of the {} plans of {} is valid for this config: {}; change "
+                     "--world or the config", result.rejected.size(), count_of(world, "rank"),
+                     frequent_refusals(result, 3));
   std::string needs;
   for (int c = 0; c < kNumMemoryCategories; ++c) {
     if (least[c] > 0) {
@@ -532,7 +535,11 @@ int run_plan(int argc, char** argv) {
                "plan: --ep-imbalance {} prices expert parallelism, and model.type {} has no experts (only \"moe\" "
                "has); drop --ep-imbalance", ep_imbalance, base.model.type);
 
-  auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
+  // A --profile measured for another model or precision cannot serve this config: the command line's input (exit 64),
+  // as a missing or malformed one is. This machine measured now always fits.
+  auto [profile, options] = profile_path.empty()
+                                ? planner::planning_setup(base, profile_path, limit_text, world)
+                                : reading_input([&] { return planner::planning_setup(base, profile_path, limit_text, world); });
   options.ep_imbalance = ep_imbalance;
   const planner::SearchResult result = planner::search_plans(config_path, overrides, profile, options);
 

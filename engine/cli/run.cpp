@@ -15,6 +15,7 @@
 
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/supervise/supervisor.hpp"
@@ -51,7 +52,9 @@ restart is recorded in <train.out_dir>/supervisor/supervisor.json, run.json ("re
       .number("--teardown-grace", "S", "after a failure line, seconds the launcher may take to end the job", 20.0, 0)
       .text("--launcher", "CMD",
             "launcher words before `-n N` (default mpiexec; srun --mpi=pmix --kill-on-bad-exit=1 in a\n"
-            "SLURM allocation), e.g. \"mpiexec --oversubscribe\"")
+            "SLURM allocation), e.g. \"mpiexec --oversubscribe\". Split at spaces, with no quoting: a\n"
+            "word holding a space (a path, a flag's value) cannot be given; put the launcher in a\n"
+            "script on a path without spaces and name that")
       .text("--profile", "FILE", "hardware profile for the planner (default: measure this machine once)")
       .text("--memory-limit", "SIZE", "the planner's cap per rank (default: device.memory_limit)")
       .epilog(R"(example:   cleave run --slots 4 --max-restarts 3 -- examples/gpt_fortunes.json --set train.steps=2000 \
@@ -116,8 +119,8 @@ int run_run(int argc, char** argv) {
     o.slots = supervise::parse_hostfile(text, hostfile);
     o.use_hostfile = true;
     CLEAVE_CHECK_INPUT(!args.given("--slots") || args.count("--slots") == static_cast<std::int64_t>(o.slots.size()),
-                 "run: --slots {} but --hostfile {} lists {} slots; give one of them", args.count("--slots"), hostfile,
-                 o.slots.size());
+                 "run: --slots {} but --hostfile {} lists {}; give one of them", args.count("--slots"), hostfile,
+                 count_of(static_cast<std::int64_t>(o.slots.size()), "slot"));
   } else if (args.given("--slots")) {
     o.slots = supervise::local_slots(static_cast<int>(args.count("--slots")));
   } else if (const char* tasks = std::getenv("SLURM_NTASKS"); tasks != nullptr && in_slurm != nullptr) {
@@ -129,6 +132,9 @@ int run_run(int argc, char** argv) {
   o.max_restarts = static_cast<int>(args.count("--max-restarts"));
   o.keep_layout = args.on("--keep-layout");
   o.health_check = args.text("--health-check");
+  CLEAVE_CHECK_INPUT(!args.given("--health-check") || o.health_check.find_first_not_of(" \t") != std::string::npos,
+                     "run: --health-check is empty; give a shell command that exits 0 for a healthy slot, or drop "
+                     "--health-check (every slot left is then used)");
   o.max_lost_seconds = args.number("--max-lost-seconds");
   o.teardown_grace_s = args.number("--teardown-grace");
   o.profile = args.text("--profile");

@@ -426,7 +426,11 @@ int run_simulate_config(int argc, char** argv) {
   if (!trace.empty()) check_output_file("simulate --config: --trace", trace);
   check_distinct_outputs("simulate --config", {{"--svg", svg}, {"--trace", trace}});
   const config::RunConfig base = config::load_config(config_path, overrides);
-  auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
+  // A --profile measured for another model or precision cannot serve this config: the command line's input (exit 64),
+  // as a missing or malformed one is. This machine measured now always fits.
+  auto [profile, options] = profile_path.empty()
+                                ? planner::planning_setup(base, profile_path, limit_text, world)
+                                : reading_input([&] { return planner::planning_setup(base, profile_path, limit_text, world); });
   options.scatter_gather_boundaries = args.on("--scatter-gather");
   apply_kernel_options(args, base, config_path, profile, options);
   apply_communication_options(args, base, config_path, profile, options);

@@ -341,7 +341,16 @@ int run_tokenize(int argc, char** argv) {
   std::optional<std::int32_t> eot_id;
   if (!o.eot.empty()) {
     eot_id = tok.added_token_id(o.eot);
-    CLEAVE_CHECK_INPUT(eot_id.has_value(), "tokenize: --eot '{}' is not an added token of {}", o.eot, tok.source());
+    if (!eot_id) {
+      // The fix is one of the file's own added tokens: the first few are named (Llama 3 has 256 of them).
+      std::string names;
+      const auto& added = tok.added_tokens();
+      for (std::size_t i = 0; i < added.size() && i < 8; ++i) names += fmt::format("{}'{}'", i ? ", " : "", added[i].content);
+      if (added.size() > 8) names += fmt::format(", ... ({} in all)", added.size());
+      throw InputError(fmt::format("tokenize: --eot '{}' is not an added token of {}; {}", o.eot, tok.source(),
+                                   added.empty() ? std::string("it has none (drop --eot)")
+                                                 : "give one of its added tokens: " + names));
+    }
   }
   tokenizer::DocumentTemplate doc;
   if (o.bos_eos) doc = tokenizer::read_document_template(tok, o.tokenizer_path);

@@ -51,8 +51,9 @@ with an ETA; redirected to a file it is plain lines.)");
       .text("--resume", "auto|PATH",
             "continue a run from a checkpoint: auto = the latest complete one under\n"
             "checkpoint.dir (default <train.out_dir>/checkpoints; a fresh start when there is\n"
-            "none), or PATH = a step_NNNNNNN directory (or a directory holding them). The layout\n"
-            "may differ from the one it was saved under. metrics.jsonl keeps rows up to the\n"
+            "none, the earlier run's files moved to <train.out_dir>/earlier_attempt_N/), or\n"
+            "PATH = a step_NNNNNNN directory (or a directory holding them). The layout may\n"
+            "differ from the one it was saved under. metrics.jsonl keeps rows up to the\n"
             "checkpoint's step and continues after it. The config is compared with the one\n"
             "the checkpoint was trained with: keys of length, logging, evaluation, checkpoint\n"
             "cadence and layout (train.steps, train.*_interval, checkpoint.*, parallel.*, the\n"
@@ -163,6 +164,7 @@ int run_train(int argc, char** argv) {
     train::Trainer trainer(config, *world.comm);
     if (init) options.init = &*init;  // loaded by train() once the output paths are checked
     train::install_stop_request_handler();  // SIGUSR1: save a checkpoint at the next step and stop
+    options.save_on_signal = true;           // so checkpoint.dir is checked at start even without interval or final save
     const train::TrainSummary summary = trainer.train(options);
     // A stop on request exits 0 on every rank: under mpirun a rank's non-zero exit would end its peers while they
     // still finish the run's files; the log line (and cleave run's own exit code 75) say it stopped early.

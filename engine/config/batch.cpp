@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "engine/config/config.hpp"
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "partition/ep_rules.hpp"
@@ -108,9 +109,10 @@ int data_parallel_size_of(const ParallelConfig& parallel, int world_size) {
   const int dp = static_cast<int>(world_size / model);
   if (parallel.data_parallel_size != -1) {
     CLEAVE_CHECK(parallel.data_parallel_size == dp,
-                 "parallel.data_parallel_size is {}, but world size {} / (tp {} × cp {} × pp {}) = {}; launch {} ranks "
+                 "parallel.data_parallel_size is {}, but world size {} / (tp {} × cp {} × pp {}) = {}; launch {} "
                  "or set it to -1",
-                 parallel.data_parallel_size, world_size, tp, cp, pp, dp, model * parallel.data_parallel_size);
+                 parallel.data_parallel_size, world_size, tp, cp, pp, dp,
+                 count_of(model * parallel.data_parallel_size, "rank"));
   }
   return dp;
 }

@@ -1,6 +1,7 @@
 // Output path checks (output_path.hpp).
 #include "engine/core/output_path.hpp"
 
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +16,25 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The kernel's own file systems, which hold no files of ours: root's access(2) passes them (root may write anything
+// but a read-only mount), yet creating an output there fails (mkdir /proc/x: ENOENT; a file in a cgroup: EACCES),
+// after the work. Magic numbers from linux/magic.h; the name for the message, nullptr for any other file system.
+const char* kernel_file_system(const fs::path& dir) {
+  struct statfs info {};
+  if (::statfs(dir.c_str(), &info) != 0) return nullptr;
+  switch (static_cast<unsigned long>(info.f_type)) {
+    case 0x9fa0UL: return "proc";
+    case 0x62656572UL: return "sysfs";
+    case 0x27e0ebUL: return "cgroup";
+    case 0x63677270UL: return "cgroup2";
+    case 0x64626720UL: return "debugfs";
+    case 0x74726163UL: return "tracefs";
+    case 0x73636673UL: return "securityfs";
+    case 0x1cd1UL: return "devpts";
+    default: return nullptr;
+  }
+}
+
 // The nearest existing ancestor of `path` (path itself when it exists) must be a directory that entries can be
 // created in; a file on the way is named.
 void check_creatable(std::string_view what, const std::string& path, const fs::path& start) {
@@ -28,6 +48,10 @@ void check_creatable(std::string_view what, const std::string& path, const fs::p
   CLEAVE_CHECK_INPUT(::access(existing.c_str(), W_OK | X_OK) == 0,
                "{} {}: cannot create files in {} ({}); choose a writable path", what, path, existing.string(),
                std::strerror(errno));
+  const char* kernel = kernel_file_system(existing);
+  CLEAVE_CHECK_INPUT(kernel == nullptr,
+                     "{} {}: cannot create files in {} (the kernel's {} file system holds no outputs); choose a "
+                     "writable path", what, path, existing.string(), kernel ? kernel : "");
 }
 
 }  // namespace

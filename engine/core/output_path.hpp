@@ -6,7 +6,8 @@
 // Invariant: the check_* functions create, write and remove nothing (create_parent_dirs, for the writer that
 // follows a passed check, creates the directories the check allowed). A path that does not exist yet passes when its
 // nearest existing ancestor is a directory this process may create entries in (access(2) W_OK | X_OK, which
-// also reports a read-only file system); anything else throws cleave::InputError "<what> <path>: <why>" (bad input:
+// also reports a read-only file system) and is no kernel file system (proc, sysfs, cgroup...: root's access(2)
+// passes them, yet they take no outputs); anything else throws cleave::InputError "<what> <path>: <why>" (bad input:
 // `cleave` exits ExitCode::kBadInput, 64, and `cleave run` does not restart into it); create_parent_dirs, at write
 // time, throws a plain Error.
 #pragma once

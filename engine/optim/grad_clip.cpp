@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "kernels/ops/ops.hpp"
 
@@ -14,8 +15,8 @@ kernels::ExactSquareSum local_grad_sum_of_squares(const ParamList& params, const
   std::vector<Tensor> grads;
   for (const auto& p : unique_params(params)) {
     if (counted && !counted(*p)) continue;
-    CLEAVE_CHECK(p->grad.dtype() == DType::kF32, "grad norm: parameter {} has a {} grad; expected f32", p->name,
-                 dtype_name(p->grad.dtype()));
+    CLEAVE_CHECK(p->grad.dtype() == DType::kF32, "grad norm: parameter {} has {} grad; expected f32", p->name,
+                 with_article(dtype_name(p->grad.dtype())));
     grads.push_back(p->grad);
   }
   return ops::sum_squares_exact(ctx, grads);

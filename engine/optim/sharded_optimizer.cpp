@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/optim/grad_clip.hpp"
 #include "kernels/ops/ops.hpp"
@@ -20,9 +21,9 @@ void check_shard(const FlatShard& shard, std::size_t index) {
                 index, shard.value.numel(), grad.numel());
   CLEAVE_CHECK(shard.value.dtype() == DType::kF32 && grad.dtype() == DType::kF32 &&
                    shard.value.device() == grad.device(),
-               "sharded optimizer: shard {} is {} on {} with a {} grad on {}; the sharded optimizer updates f32 "
+               "sharded optimizer: shard {} is {} on {} with {} grad on {}; the sharded optimizer updates f32 "
                "(master) weights with their grads on one device",
-               index, dtype_name(shard.value.dtype()), shard.value.device().str(), dtype_name(grad.dtype()),
+               index, dtype_name(shard.value.dtype()), shard.value.device().str(), with_article(dtype_name(grad.dtype())),
                grad.device().str());
   std::int64_t end = 0;
   for (const ShardSegment& s : shard.segments) {

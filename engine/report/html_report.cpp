@@ -12,6 +12,7 @@
 
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/report/svg_chart.hpp"
 
 namespace cleave::report {
@@ -342,10 +343,16 @@ std::string build_report_html(const RunFiles& run) {
 }
 
 std::string write_report(const std::string& dir) {
-  const RunFiles run = read_run_dir(dir);
-  const std::string html = build_report_html(run);
   const std::filesystem::path path = std::filesystem::path(dir) / "report.html";
   const std::string tmp = path.string() + ".tmp";
+  // A report.html that is a directory (or another non-file) would be found only at the final rename, leaving the
+  // temporary file behind: refused first, as bad input naming it.
+  std::error_code exists_ec;
+  CLEAVE_CHECK_INPUT(!std::filesystem::exists(path, exists_ec) || std::filesystem::is_regular_file(path, exists_ec),
+                     "report: {} exists and is not a regular file; nothing was written (remove it: the report is "
+                     "written there)", path.string());
+  const RunFiles run = read_run_dir(dir);
+  const std::string html = build_report_html(run);
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   CLEAVE_CHECK(f != nullptr, "report: cannot create {} ({})", tmp, std::strerror(errno));
   const bool written = std::fwrite(html.data(), 1, html.size(), f) == html.size();
@@ -358,7 +365,8 @@ std::string write_report(const std::string& dir) {
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  CLEAVE_CHECK(!ec, "report: cannot rename {} to {} ({})", tmp, path.string(), ec.message());
+  if (ec) std::remove(tmp.c_str());
+  CLEAVE_CHECK(!ec, "report: cannot rename {} to {} ({}); no report written", tmp, path.string(), ec.message());
   return path.string();
 }
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/allocator.hpp"
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
@@ -39,16 +40,17 @@ planner::PlanChoice config_layout(const SuperviseOptions& o, const config::RunCo
     choice = planner::choice_of_config(o.config_path, o.overrides, world);
     static_cast<void>(choice.apply_to(base));  // the config's own checks at this world, before anything starts
   } catch (const std::exception& e) {
-    const std::string message = fmt::format("run: the config does not run on the {} slots given: {}; nothing was "
+    const std::string message = fmt::format("run: the config does not run on the {} given: {}; nothing was "
                                             "started (set parallel.* after the -- or give other --slots)",
-                                            o.slots.size(), e.what());
+                                            count_of(static_cast<std::int64_t>(o.slots.size()), "slot"), e.what());
     // The config's own checks at this world: bad input (exit 64), as each attempt's trainer would stop with it.
     if (dynamic_cast<const Error*>(&e) != nullptr) throw InputError(message);
     throw Error(message);
   }
   CLEAVE_CHECK_INPUT(choice.world() <= static_cast<int>(o.slots.size()),
-                     "run: the config's layout {} needs {} ranks but only {} slots are given", choice.layout(),
-                     choice.world(), o.slots.size());
+                     "run: the config's layout {} needs {} but only {} {} given", choice.layout(),
+                     count_of(choice.world(), "rank"), count_of(static_cast<std::int64_t>(o.slots.size()), "slot"),
+                     o.slots.size() == 1 ? "is" : "are");
   return choice;
 }
 
@@ -98,7 +100,7 @@ LayoutPlanner::Pick LayoutPlanner::best(int world) {
   }
   const std::string cap = result.memory_limit > 0 ? format_bytes(result.memory_limit) : "(none)";
   if (result.ranked.empty()) {
-    return {std::nullopt, fmt::format("no plan on {} ranks fits the memory cap {}", world, cap)};
+    return {std::nullopt, fmt::format("no plan on {} fits the memory cap {}", count_of(world, "rank"), cap)};
   }
   const auto& best = result.ranked.front();
   return {best.choice, fmt::format("the planner's best of {} plans under the cap {} (predicted {:.1f} ms/step, peak {})",

@@ -23,6 +23,7 @@
 #include <fmt/ranges.h>
 
 #include "engine/config/config.hpp"
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
@@ -33,6 +34,7 @@
 #include "engine/supervise/restart_checkpoint.hpp"
 #include "engine/supervise/restart_record.hpp"
 #include "engine/train/checkpoint/config_change.hpp"
+#include "engine/train/checkpoint/resume_fallback.hpp"
 #include "engine/train/checkpoint/weight_source.hpp"
 #include "engine/train/data/make_data_source.hpp"
 #include "engine/train/stop_request.hpp"
@@ -324,10 +326,11 @@ SuperviseOptions planning_options(const SuperviseOptions& o, const config::RunCo
 }
 
 // Bad input, found before any job starts, as the trainer would stop each attempt (ExitCode::kBadInput): an unknown
-// --allow-config-change key, a missing or unreadable data file, a train.out_dir that already holds a run without
-// --resume, fewer slots than --min-ranks.
+// --allow-config-change key, a missing or unreadable data file, a --resume PATH holding no checkpoint, a train.out_dir
+// that already holds a run without --resume, fewer slots than --min-ranks.
 void check_fresh_start(const SuperviseOptions& o, const config::RunConfig& base) {
   train::check_data_files(base);  // a missing data file would fail every attempt
+  train::check_resume_argument(o.resume);  // a --resume PATH that holds no checkpoint would fail every attempt
   train::check_allowed_keys(allowed_changes(o.train_args), nlohmann::json::parse(config::to_json(base)));
   const std::string& out_dir = base.train.out_dir;
   CLEAVE_CHECK_INPUT(!o.resume.empty() ||
@@ -335,8 +338,9 @@ void check_fresh_start(const SuperviseOptions& o, const config::RunConfig& base)
                      "run: train.out_dir {} already holds a run; nothing was started. Continue it with --resume auto "
                      "after the --, or give another --set train.out_dir=...",
                      out_dir);
-  CLEAVE_CHECK_INPUT(static_cast<int>(o.slots.size()) >= o.min_ranks, "run: {} slots is fewer than --min-ranks {}",
-                     o.slots.size(), o.min_ranks);
+  CLEAVE_CHECK_INPUT(static_cast<int>(o.slots.size()) >= o.min_ranks, "run: {} {} fewer than --min-ranks {}",
+                     count_of(static_cast<std::int64_t>(o.slots.size()), "slot"), o.slots.size() == 1 ? "is" : "are",
+                     o.min_ranks);
 }
 
 // The run's paths; creates train.out_dir and this supervisor's own records directory.

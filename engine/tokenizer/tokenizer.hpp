@@ -93,6 +93,7 @@ class Tokenizer {
 
   std::int32_t vocab_size() const { return static_cast<std::int32_t>(id_bytes_.size()); }  // largest id + 1
   std::optional<std::int32_t> added_token_id(std::string_view content) const;
+  const std::vector<AddedToken>& added_tokens() const { return spec_.added_tokens; }  // in tokenizer.json's order
   const std::string& source() const { return spec_.source; }
   TokenizerKind kind() const { return spec_.kind; }
   // The post_processor's template tokens around one sequence (Llama's BOS <s>); empty when none.

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <iterator>
 
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
@@ -257,9 +258,9 @@ void ProgressPrinter::eval(std::int64_t step, double loss, std::optional<double>
 void ProgressPrinter::summary(std::string_view outputs) {
   const double seconds = total_ms_ / 1000.0;
   // Only the steps this process ran: a resumed run says where it continued from.
-  std::string line = fmt::format("done: {} steps in {:.1f} s", steps_seen_, seconds);
+  std::string line = fmt::format("done: {} in {:.1f} s", count_of(steps_seen_, "step"), seconds);
   if (steps_seen_ > 0 && first_step_ > 1) {
-    line = fmt::format("done: {} steps ({} to {}, resumed at step {}) in {:.1f} s", steps_seen_, first_step_,
+    line = fmt::format("done: {} ({} to {}, resumed at step {}) in {:.1f} s", count_of(steps_seen_, "step"), first_step_,
                        last_step_, first_step_ - 1, seconds);
   }
   if (steps_seen_ > 0) {

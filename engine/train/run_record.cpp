@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "engine/core/cpu_features.hpp"
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/train/collectives.hpp"
 #include "engine/run_plan/memory_plan.hpp"
@@ -29,8 +30,9 @@ report::RunSummary gather_run_summary(RankSetup& s) {
   summary.grid = s.grid.str();
   summary.schedule = s.grid.pp_size() > 1 ? s.plan.schedule.name : std::string("single stage");
   summary.partition = s.plan.describe_partition();
-  summary.model = fmt::format("{}, {} blocks in {} stage{}", s.plan.spec.type, s.plan.spec.blocks.size(),
-                              s.plan.num_stages(), s.plan.num_stages() == 1 ? "" : "s");
+  summary.model = fmt::format("{}, {} in {}", s.plan.spec.type,
+                              count_of(static_cast<std::int64_t>(s.plan.spec.blocks.size()), "block"),
+                              count_of(s.plan.num_stages(), "stage"));
   summary.batch = fmt::format("global {} = micro {} x accum {} x dp {}", s.batch.global_batch_size,
                               s.batch.micro_batch_size, s.batch.gradient_accumulation_steps, s.grid.dp_size());
   summary.throughput_unit = std::string(s.plan.spec.throughput_unit());

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
@@ -68,11 +69,13 @@ std::string held_checkpoints(const std::string& dir) {
 // now, not after the steps it was meant to keep. Every rank writes checkpoint files; rank 0 the run files. A
 // fresh run (no --resume) never writes over another run: an out_dir holding one, or a checkpoint.dir holding
 // checkpoints (another run's: the fresh run's saves would replace its steps and prune the rest), is refused
-// here, before the weights are read or a step is run.
-void check_output_paths(RankSetup& s, const std::string& checkpoints, bool fresh) {
+// here, before the weights are read or a step is run. A run that saves only on SIGUSR1 (`save_on_signal`, no interval,
+// no final save) is checked as a saving run: the signal's save would otherwise meet an unwritable or foreign
+// checkpoint.dir after the steps it was meant to keep.
+void check_output_paths(RankSetup& s, const std::string& checkpoints, bool fresh, bool save_on_signal) {
   RankFailure failure;
   try {
-    const bool saves = s.config.checkpoint.interval > 0 || s.config.checkpoint.save_final;
+    const bool saves = s.config.checkpoint.interval > 0 || s.config.checkpoint.save_final || save_on_signal;
     if (s.reports()) check_output_dir("train.out_dir", s.config.train.out_dir);
     if (saves) check_output_dir("checkpoint.dir", checkpoints);
     if (fresh && s.reports()) {
@@ -146,11 +149,12 @@ struct RunOutputs {
 void log_run_start(const RankSetup& s, const Throughput& throughput, const DataSource& train_data,
                    const PeakFlops& peak) {
   const auto& cfg = s.config;
-  log::info("cleave: {} | {} | model {} ({} blocks in {} stage{}: {}) | batch {} = micro {} x accum {} x dp {} | "
+  log::info("cleave: {} | {} | model {} ({} in {}: {}) | batch {} = micro {} x accum {} x dp {} | "
             "data {}",
             s.grid.str(), cfg.parallel.pipeline_model_parallel_size > 1 ? "schedule " + s.plan.schedule.name
                                                                         : std::string("single stage"),
-            s.plan.spec.type, s.plan.spec.blocks.size(), s.plan.num_stages(), s.plan.num_stages() == 1 ? "" : "s",
+            s.plan.spec.type, count_of(static_cast<std::int64_t>(s.plan.spec.blocks.size()), "block"),
+            count_of(s.plan.num_stages(), "stage"),
             s.plan.describe_partition(),
             s.batch.global_batch_size, s.batch.micro_batch_size, s.batch.gradient_accumulation_steps,
             s.grid.dp_size(), train_data.describe());
@@ -167,7 +171,8 @@ void log_run_start(const RankSetup& s, const Throughput& throughput, const DataS
 }
 
 // On world rank 0: the output directory (a resumed run continues in its own: metrics rows after the checkpoint's
-// step are dropped, the previous config.json kept when it differs), config.json, the metrics writer, the progress
+// step are dropped, the previous config.json kept when it differs; --resume auto without a checkpoint starts fresh
+// with the earlier attempt's run files moved aside, resume.hpp), config.json, the metrics writer, the progress
 // line and the first log lines. Elsewhere: nothing.
 RunOutputs open_run_outputs(const RankSetup& s, const TrainOptions& options, const StartPoint& start,
                             const Throughput& throughput, const DataSource& train_data) {
@@ -178,6 +183,13 @@ RunOutputs open_run_outputs(const RankSetup& s, const TrainOptions& options, con
   if (!resuming) prepare_out_dir(cfg.train.out_dir);
   else std::filesystem::create_directories(cfg.train.out_dir);
   if (start.resumed) keep_previous_config(cfg.train.out_dir, config::to_json(cfg) + "\n", start.step);
+  if (resuming && !start.resumed) {  // --resume auto found no checkpoint: a fresh start, over nothing earlier
+    const std::string kept = keep_earlier_attempt(cfg.train.out_dir);
+    if (!kept.empty()) {
+      log::info("resume: no checkpoint to continue, so this is a fresh start; the earlier attempt's run files "
+                "(metrics.jsonl, config.json, ...) are kept in {}", kept);
+    }
+  }
   write_text_file(cfg.train.out_dir + "/config.json", config::to_json(cfg) + "\n");
   const std::string metrics_path = cfg.train.out_dir + "/metrics.jsonl";
   if (resuming) out.counts = keep_metrics_through(metrics_path, start.step);
@@ -314,7 +326,7 @@ TrainSummary Trainer::train(const TrainOptions& options) {
   const auto& cfg = s.config;
   const std::string checkpoints = checkpoint_root();
   impl.throughput.peak = options.peak;
-  check_output_paths(s, checkpoints, /*fresh=*/options.resume.empty());
+  check_output_paths(s, checkpoints, /*fresh=*/options.resume.empty(), options.save_on_signal);
   // --init-from with --resume (a fine-tune's own command line, as cleave run restarts it): the source's weights
   // start the run only when there is no checkpoint to continue; a resumed run's weights are its checkpoint's.
   const bool continuing = resume_continues_a_run(options.resume, checkpoints);
@@ -328,11 +340,21 @@ TrainSummary Trainer::train(const TrainOptions& options) {
   }
   // Resume first: a checkpoint that cannot be loaded fails before anything is written.
   const StartPoint start = start_point(impl, options, checkpoints);
+  TrainSummary summary;
+  if (start.resumed && start.step == cfg.train.steps) {
+    // A finished run resumed (or cleave run's restart after the final save): no step to run, and its run.json,
+    // report and config.json are left as they are (rewriting them would put a 0-step run's numbers over its own).
+    if (s.reports()) {
+      log::info("resume: {} holds step {}, which is train.steps: the run is complete; nothing was run or written "
+                "(raise train.steps to continue it)", start.from, start.step);
+    }
+    summary.completed = true;
+    return summary;
+  }
   RunOutputs out = open_run_outputs(s, options, start, impl.throughput, *impl.train_data);
   // Peak memory counts the model, not whatever earlier runs in this process left behind.
   s.allocator->reset_peak();
 
-  TrainSummary summary;
   try {
     summary = run_steps(*this, impl, start, out, checkpoints);
   } catch (const std::exception&) {

@@ -80,6 +80,10 @@ struct TrainOptions {
   std::vector<std::string> allow_config_change;
   const WeightSource* init = nullptr;
   PeakFlops peak;
+  // SIGUSR1 saves a checkpoint and stops (cleave train installs the handler: stop_request.hpp). Such a run may save
+  // whatever checkpoint.interval and checkpoint.save_final say, so its checkpoint.dir is checked at start as any
+  // saving run's is (writable, not a file, not another run's).
+  bool save_on_signal = false;
 };
 
 class Trainer {

@@ -7,7 +7,8 @@
 #     final checkpoint whose parameter and optimizer files are byte-identical to the uninterrupted run's.
 #     Done on one rank and on tp2 x pp2 (4 ranks); the 4-rank checkpoint at step 4 also resumes on one rank
 #     with the uninterrupted losses within 1e-5 relative (resharding through the CLI).
-#  3. The out_dir refusal still holds without --resume; a corrupt (only) checkpoint is refused before any step,
+#  3. The out_dir refusal still holds without --resume; --resume auto over a run with no checkpoint starts fresh
+#     with the earlier attempt's files kept in earlier_attempt_1/; a corrupt (only) checkpoint is refused before any step,
 #     naming the file, and writes nothing (metrics.jsonl unchanged, no new checkpoint); so is a resume that
 #     changes a training key (optimizer.lr) unless --allow-config-change names it, and then it is recorded.
 #  4. The run's config.json names its data by absolute path (a --set value's and a config file's relative paths):
@@ -68,6 +69,29 @@ echo "ok   reshard: tp2 x pp2 step-4 checkpoint continued on one rank within 1e-
 # Without --resume an existing run is still refused.
 train 1 refuse.log --set train.out_dir=one && fail "a second run into one/ was not refused"
 grep -q "already holds a run" refuse.log || { cat refuse.log; fail "refusal message"; }
+
+# --resume auto over a run that wrote no checkpoint starts fresh and replaces nothing: the earlier attempt's run
+# files move to earlier_attempt_1/ (a run directory cleave report reads).
+train 1 nockpt.log --set train.out_dir=nockpt --set train.steps=3 --set checkpoint.interval=0 \
+  --set checkpoint.save_final=false || { cat nockpt.log; fail "a run without checkpoints"; }
+before=$(md5sum < nockpt/metrics.jsonl)
+train 1 nockpt2.log --set train.out_dir=nockpt --set train.steps=2 --set checkpoint.interval=0 \
+  --set checkpoint.save_final=false --resume auto || { cat nockpt2.log; fail "--resume auto without a checkpoint"; }
+grep -q "fresh start; the earlier attempt's run files .* are kept in nockpt/earlier_attempt_1" nockpt2.log \
+  || { cat nockpt2.log; fail "the fresh start does not say where the earlier files are"; }
+[ "$before" = "$(md5sum < nockpt/earlier_attempt_1/metrics.jsonl)" ] || fail "the earlier metrics.jsonl was not kept whole"
+[ -f nockpt/earlier_attempt_1/run.json ] && [ -f nockpt/earlier_attempt_1/config.json ] || fail "run.json/config.json not kept"
+[ "$(wc -l < nockpt/metrics.jsonl)" -eq 2 ] || fail "the fresh start's metrics.jsonl"
+echo "ok   --resume auto without a checkpoint: a fresh start, the earlier attempt kept in nockpt/earlier_attempt_1"
+# --resume of a finished run (its checkpoint holds train.steps): nothing runs and nothing is rewritten (run.json kept
+# the 0-step run's peak memory over the run's own).
+before=$(md5sum one/run.json one/metrics.jsonl one/config.json one/report.html)
+train 1 done.log --set train.out_dir=one --resume auto || { cat done.log; fail "--resume of a finished run"; }
+grep -q "holds step 12, which is train.steps: the run is complete; nothing was run or written" done.log \
+  || { cat done.log; fail "the finished run's resume does not say so"; }
+[ "$before" = "$(md5sum one/run.json one/metrics.jsonl one/config.json one/report.html)" ] \
+  || fail "the finished run's files were rewritten"
+echo "ok   --resume of a finished run: nothing run, nothing rewritten"
 
 # A corrupt checkpoint: refused before any step, names the file, writes nothing.
 cp -r one broken

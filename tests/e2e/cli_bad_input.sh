@@ -144,10 +144,13 @@ run_input run-virtual-stages 'parallel\.virtual_pipeline_stages: schedule 1f1b' 
     --set parallel.virtual_pipeline_stages=3
 run_input run-no-slots 'run: give --slots N or --hostfile FILE' -- "${set_out[@]}"
 run_input run-no-dashes 'run: put the training job after --' --slots 1
-run_input run-min-ranks 'run: 1 slots is fewer than --min-ranks 2' --slots 1 --min-ranks 2 -- "${set_out[@]}"
+run_input run-min-ranks 'run: 1 slot is fewer than --min-ranks 2' --slots 1 --min-ranks 2 -- "${set_out[@]}"
 run_input run-launcher-missing 'run: the launcher no-such-launcher cannot be started \(not found in PATH\); nothing was started' \
     --slots 1 --launcher "no-such-launcher -x" -- "${set_out[@]}"
 run_input run-launcher-empty 'run: --launcher is empty' --slots 1 --launcher "" -- "${set_out[@]}"
+run_input run-health-check-empty 'run: --health-check is empty' --slots 1 --health-check " " -- "${set_out[@]}"
+run_input run-resume-no-dir '--resume no/such/dir: no such checkpoint directory' --slots 1 -- "${set_out[@]}" \
+    --resume no/such/dir
 mkdir -p held && echo '{"step": 1}' > held/metrics.jsonl
 run_input run-out-dir-holds-run 'run: train.out_dir held already holds a run; nothing was started' --slots 1 -- \
     --set train.out_dir=held --set train.steps=2
@@ -280,6 +283,16 @@ else
   echo "ok   checkpoint-dir-of-another-run: $(grep -m 1 'already holds checkpoints' <<<"$out" | cut -c1-120)"
 fi
 
+# A run that saves only on SIGUSR1 (checkpoint.interval 0, no final save: cleave train always installs the handler)
+# checks its checkpoint.dir at start as any saving run does: a file there, or another run's checkpoints, are bad input
+# before any step (the signal's save found them after the steps it was meant to keep). ck1 untouched.
+printf 'x' > ckfile
+bad_input signal-save-dir-is-a-file late 'checkpoint.dir ckfile exists and is not a directory' \
+  --set checkpoint.interval=0 --set checkpoint.save_final=false --set checkpoint.dir=ckfile
+bad_input signal-save-dir-of-another-run late 'checkpoint.dir ck1/checkpoints already holds checkpoints' \
+  --set checkpoint.interval=0 --set checkpoint.save_final=false --set checkpoint.dir=ck1/checkpoints
+[ "$before" = "$(ck_state)" ] || { echo "FAIL signal-save: ck1's checkpoints changed"; failures=$((failures + 1)); }
+
 # The run's config.json trained again elsewhere: its checkpoint.dir (ck1/checkpoints, derived from the out_dir) follows
 # the new train.out_dir, so the round trip trains (it was refused for saving into ck1's checkpoints), ck1 untouched.
 if "$cleave" train ck1/config.json --set train.out_dir=ck3 --set train.steps=1 > ck3.log 2>&1 && [ -d ck3/checkpoints ] &&
@@ -304,6 +317,8 @@ cmd_error() {  # NAME REGEX COMMAND ARGS...
 cmd_error export-no-out 'export: --out FILE\.safetensors is required' export ck1/checkpoints
 cmd_error export-format "export: --format must be cleave or hf, got 'onnx'" export ck1/checkpoints --format onnx --out out
 cmd_error export-dtype "export: --dtype must be f32 or bf16, got 'f16'" export ck1/checkpoints --dtype f16 --out out
+cmd_error export-shard-zero "export: --max-shard-size 0: a shard holds at least one tensor" export ck1/checkpoints \
+  --format hf --max-shard-size 0 --out out
 cmd_error import-no-out 'import: --out CKPT is required' import ck1
 cmd_error import-run-dir 'import: ck1 is a Cleave run directory, not a Hugging Face model directory: cleave train --init-from ck1/checkpoints' import ck1 --out out
 cmd_error import-checkpoint 'import: ck1/checkpoints is a Cleave checkpoint, not a Hugging Face' import ck1/checkpoints --out out
@@ -317,6 +332,7 @@ cmd_error simulate-no-schedule 'simulate: --schedule is required' simulate
 cmd_error simulate-no-stages 'simulate: --stages P is required with schedule 1f1b' simulate --schedule 1f1b --microbatches 4
 cmd_error simulate-unknown-schedule "simulate: unknown schedule 'zb-h9'" simulate --schedule zb-h9 --stages 2 --microbatches 4
 cmd_error bench-unknown-schedule "bench: --schedules entry 'zb-h9' is not a schedule" bench --schedules 1f1b,zb-h9 --out out
+cmd_error bench-repeated-schedule "bench: --schedules lists '1f1b' twice" bench --schedules 1f1b,zb_h1,1f1b --out out
 cmd_error bench-virtual-stages "bench: --schedules entry 'zb_v:x': virtual stages after ':' must be a whole number" bench --schedules zb_v:x --out out
 # Files the command line names that are missing or unreadable: bad input too (they exited 1).
 printf 'some text\n' > text.txt

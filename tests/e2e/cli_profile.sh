@@ -123,7 +123,8 @@ PY
   --top 1 --write best_bf16.json > plan_bf16.log 2>&1 || { cat plan_bf16.log; fail "plan --profile in bf16"; }
 "${mpiexec[@]}" -n 2 "$cleave" train best_bf16.json --set train.out_dir=run_bf16 > train_bf16.log 2>&1 \
   || { cat best_bf16.json train_bf16.log; fail "the bf16 plan does not train"; }
-"$cleave" plan tiny.json --world 2 --profile bf16.json > plan_mixed.log 2>&1 && fail "an fp32 plan read a bf16 profile"
+"$cleave" plan tiny.json --world 2 --profile bf16.json > plan_mixed.log 2>&1; status=$?
+[ $status -eq 64 ] || { cat plan_mixed.log; fail "an fp32 plan of a bf16 profile: exit $status, expected 64 (bad input)"; }
 grep -q "timed its blocks in bf16 but the config trains in f32" plan_mixed.log || { cat plan_mixed.log; fail "dtype message"; }
 echo "ok   bf16 profile: read by a bf16 plan that trains, refused by an fp32 one"
 
@@ -149,8 +150,12 @@ grep -q "\-\-tp 3 does not divide n_heads 4" tp.log || { cat tp.log; fail "tp me
 "$cleave" profile tiny.json --out x.json --rounds 0 > rounds.log 2>&1 && fail "--rounds 0 accepted"
 grep -q "\-\-rounds expects a whole number >= 1, got '0'" rounds.log || { cat rounds.log; fail "rounds message"; }
 [ ! -e x.json ] || fail "a refused profile wrote its file"
-"$cleave" plan tiny.json --world 2 --profile prof.json --set model.d_model=64 > other.log 2>&1 && fail "another model's profile accepted"
+"$cleave" plan tiny.json --world 2 --profile prof.json --set model.d_model=64 > other.log 2>&1; status=$?
+[ $status -eq 64 ] || { cat other.log; fail "another model's profile: exit $status, expected 64 (bad input)"; }
 grep -q "was measured for another model" other.log || { cat other.log; fail "mismatch message"; }
+"$cleave" simulate --config tiny.json --world 2 --profile prof.json --set model.d_model=64 > other_sim.log 2>&1; status=$?
+[ $status -eq 64 ] && grep -q "was measured for another model" other_sim.log \
+  || { cat other_sim.log; fail "simulate --config with another model's profile: exit $status, expected 64"; }
 head -c 200 prof.json > cut.json
 "$cleave" plan tiny.json --world 2 --profile cut.json > cut.log 2>&1 && fail "truncated profile accepted"
 grep -q "profile cut.json: not valid JSON" cut.log || { cat cut.log; fail "truncated message"; }

@@ -268,8 +268,9 @@ refuse "a JSONL line without the key" 'text file bad2.jsonl line 2: no key "text
 refuse "--doc-separator with --jsonl" "both given" a.txt --tokenizer tok.json --out out --jsonl text --doc-separator x
 printf 'ok\nbad \xff here\n' > bad.txt
 refuse "invalid UTF-8" "bad.txt is not valid UTF-8 at byte 7 (line 2, byte 5 of the line" a.txt bad.txt --tokenizer tok.json --out out
-refuse "an unknown --eot" "not an added token" a.txt --tokenizer tok.json --out out --eot '<|eot|>'
-# A directory that cannot be made (under /proc: refused by the check before work for a user, by mkdir for root):
+refuse "an unknown --eot" "not an added token of tokenizer tok.json; give one of its added tokens: '<|endoftext|>'" \
+  a.txt --tokenizer tok.json --out out --eot '<|eot|>'
+# A directory that cannot be made (under /proc: refused by the check before work, root included):
 # one error naming --out, never the library's "filesystem error".
 refuse "an --out that cannot be created" "error: tokenize: --out /proc/cleave_tokenize_out" a.txt --tokenizer tok.json \
   --out /proc/cleave_tokenize_out

@@ -238,13 +238,15 @@ refuse)
   grep -q "no checkpoint yet under .*: restarting from step 0 (2 steps done so far are redone)" fresh.log \
     || { cat fresh.log; fail "the restart from step 0 is not said"; }
   [ "$(field fresh/run.json 'd["restarts"][0]["steps_redone"]')" = 2 ] || fail "steps redone"
+  # The restart from step 0 (--resume auto, no checkpoint) moved the failed attempt's rows aside, not over them.
+  [ "$(wc -l < fresh/earlier_attempt_1/metrics.jsonl)" -eq 2 ] || fail "the failed attempt's metrics.jsonl was not kept"
   # A memory cap no plan meets on the one rank left: the error names the smallest world that fits.
   "$cleave" plan tiny.json --world 1 --profile cpu_profile.json --json one.json > /dev/null 2>&1 \
     || fail "cleave plan --world 1"
   cap=$(python3 -c "import json; d=json.load(open('one.json')); p=d['plans'] if isinstance(d,dict) else d; print(int(min(x['peak_bytes'] for x in p) * 0.9))")
   CLEAVE_FAULT_INJECT_1=1:3:forward:kill sup --slots 2 --profile cpu_profile.json --memory-limit "$cap" -- \
     tiny.json "${pp2[@]}" --set train.out_dir=cap --set checkpoint.background=false > cap.log 2>&1 && fail "a cap no plan meets exited 0"
-  grep -q "giving up: no layout fits at the 1 rank left (no plan on 1 ranks fits the memory cap .*); the smallest world that fits is 2 ranks" cap.log \
+  grep -q "giving up: no layout fits at the 1 rank left (no plan on 1 rank fits the memory cap .*); the smallest world that fits is 2 ranks" cap.log \
     || { cat cap.log; fail "the memory-cap refusal does not name the smallest world"; }
   [ -f cap/checkpoints/step_0000002/index.json ] || fail "memory cap: checkpoint gone"
   # An out_dir that holds a run: refused before anything starts.

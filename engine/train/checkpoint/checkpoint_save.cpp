@@ -25,6 +25,7 @@
 #include "engine/checkpoint/checksum.hpp"
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/core/allocator.hpp"
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/train/checkpoint/checkpoint_io.hpp"
@@ -264,9 +265,9 @@ CheckpointSaveStats CheckpointSave::commit(RankSetup& s) {
       stats.path = checkpoint::commit_step_dir(root_, steps_done_);
       checkpoint::prune_step_dirs(root_, static_cast<int>(s.config.checkpoint.keep_last));
       stats.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
-      log::info("checkpoint: step {} saved to {} ({} in {} files, {:.1f} ms, {:.1f} MB/s; rank 0 wrote its file in "
+      log::info("checkpoint: step {} saved to {} ({} in {}, {:.1f} ms, {:.1f} MB/s; rank 0 wrote its file in "
                 "{:.1f} ms{})",
-                steps_done_, stats.path, format_bytes(stats.bytes), stats.files, stats.ms,
+                steps_done_, stats.path, format_bytes(stats.bytes), count_of(stats.files, "file"), stats.ms,
                 static_cast<double>(stats.bytes) / 1e6 / std::max(stats.ms * 1e-3, 1e-9), job_->write_ms,
                 job_->copies.empty() && job_->host_copies.empty() ? "" : ", in the background");
     } catch (const std::exception& e) {

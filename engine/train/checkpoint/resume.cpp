@@ -77,6 +77,24 @@ void keep_previous_config(const std::string& out_dir, const std::string& new_tex
   log::info("resume: the previous config.json is kept as {}", kept.string());
 }
 
+std::string keep_earlier_attempt(const std::string& out_dir) {
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (const fs::directory_entry& entry : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool run_file = name == "config.json" || name == "metrics.jsonl" || name == "run.json" ||
+                          name == "report.html" || name == "trace.json" ||
+                          (name.rfind("config.before_step_", 0) == 0 && entry.path().extension() == ".json");
+    if (run_file && entry.is_regular_file(ec)) files.push_back(entry.path());
+  }
+  if (files.empty()) return {};
+  fs::path kept;
+  for (int n = 1; kept.empty() || fs::exists(kept); ++n) kept = fs::path(out_dir) / fmt::format("earlier_attempt_{}", n);
+  fs::create_directory(kept);
+  for (const fs::path& f : files) fs::rename(f, kept / f.filename());
+  return kept.string();
+}
+
 report::RunSummary with_resume(report::RunSummary record, const std::string& out_dir, bool resumed,
                                std::int64_t step, const std::string& step_dir,
                                const std::vector<ConfigChange>& changes) {

@@ -5,7 +5,8 @@
 // Invariants: a resumed config that changes a key needing --allow-config-change is refused on every rank alike
 // (the check's error is shared over the world); a kept config file is never overwritten (a second copy gets a
 // numbered name); run.json's history keeps only the resumes before this one's step, so a run resumed twice from
-// the same checkpoint records that resume once.
+// the same checkpoint records that resume once; a fresh start under --resume auto (no checkpoint yet) replaces no
+// earlier attempt's run files: they are moved aside first (keep_earlier_attempt).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,13 @@ std::vector<ConfigChange> check_resumed_config(RankSetup& setup, const std::stri
 // config.json of a resumed run is replaced only when it says something new, and then the old one is kept as
 // config.before_step_<step>.json.
 void keep_previous_config(const std::string& out_dir, const std::string& new_text, std::int64_t step);
+
+// The run files an earlier attempt left in `out_dir` (config.json, config.before_step_*.json, metrics.jsonl, run.json,
+// report.html, trace.json), moved into a new `out_dir`/earlier_attempt_N/ (N the smallest free, from 1) before a fresh
+// start under --resume auto writes its own: an attempt that ended (or died) before its first checkpoint loses
+// nothing, and the kept directory is itself a run directory (`cleave report` reads it). Returns that directory; ""
+// (nothing moved, nothing created) when `out_dir` holds none of them or does not exist.
+std::string keep_earlier_attempt(const std::string& out_dir);
 
 // run.json of a resumed run: the resumes recorded earlier in `out_dir` (before `step`) and this one, from
 // `step_dir` with `changes`. A fresh run's record (`resumed` false) is returned as it is.

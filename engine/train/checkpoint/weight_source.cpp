@@ -12,6 +12,7 @@
 #include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/config/input_paths.hpp"
 #include "engine/config/model_training_keys.hpp"
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/hf/hf_import.hpp"
@@ -190,9 +191,9 @@ void check_model_type(const json& model, const std::vector<std::string>& overrid
   const std::string source_type = source.model.value("type", "gpt");
   CLEAVE_CHECK_INPUT(
       type.empty() || type == source_type,
-      "train --init-from: model.type is \"{}\" in {}, but the weights in {} are a {} model; remove model.type "
+      "train --init-from: model.type is \"{}\" in {}, but the weights in {} are {} model; remove model.type "
       "(and the other model keys) from the config or start from {} weights",
-      type, config_name(config_path), source.model_origin, source_type, type);
+      type, config_name(config_path), source.model_origin, with_article(source_type), type);
 }
 
 // A model.seq_len given (in `model` or by --set, which wins) may be any length up to the model's maximum; above it,

@@ -134,5 +134,21 @@ TEST(OutputDir, AnUnwritableFileSystemIsRefused) {
       << message;
 }
 
+// A kernel file system takes no outputs, and root's access(2) says it does: `cleave bench --out /proc/x` as root ran
+// the whole benchmark and then failed to create the directory. Refused at the check, root or not.
+TEST(OutputDir, AKernelFileSystemIsRefusedEvenForRoot) {
+  if (!fs::is_directory("/proc/self")) GTEST_SKIP() << "no /proc";
+  const std::string dir = error_of([] { check_output_dir("--out", "/proc/cleave_bench_out"); });
+  EXPECT_NE(dir.find("--out /proc/cleave_bench_out: cannot create files in /proc"), std::string::npos) << dir;
+  const std::string file = error_of([] { check_output_file("--json", "/proc/cleave_plan.json"); });
+  EXPECT_NE(file.find("--json /proc/cleave_plan.json: cannot create files in /proc"), std::string::npos) << file;
+  EXPECT_FALSE(fs::exists("/proc/cleave_bench_out"));
+  if (fs::is_directory("/sys/kernel")) {
+    const std::string sys = error_of([] { check_output_dir("train.out_dir", "/sys/kernel/cleave_run/sub"); });
+    EXPECT_NE(sys.find("train.out_dir /sys/kernel/cleave_run/sub: cannot create files in /sys/kernel"),
+              std::string::npos) << sys;
+  }
+}
+
 }  // namespace
 }  // namespace cleave

@@ -363,6 +363,22 @@ TEST(HtmlReport, WriteReportRegeneratesTheSameBytes) {
   fs::remove_all(dir);
 }
 
+// A report.html that is a directory: refused before anything is written, naming it, and no report.html.tmp is left.
+TEST(HtmlReport, AReportPathThatIsADirectoryIsRefusedAndLeavesNothing) {
+  const fs::path dir = temp_dir("report_dir");
+  write_file(dir / "metrics.jsonl", metrics_rows(3, 4));
+  fs::create_directories(dir / "report.html");
+  try {
+    write_report(dir.string());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find((dir / "report.html").string() + " exists and is not a regular file"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "report.html.tmp"));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace cleave::report
 

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "engine/config/config.hpp"
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/planner/median.hpp"
@@ -45,7 +46,7 @@ std::int64_t fixed_global_batch(const config::RunConfig& base, int world) {
     copy.resolve(world);
   } catch (const Error& e) {
     CLEAVE_THROW("plan: the planner keeps the global batch fixed; set batch.global_batch_size (the config's own "
-                 "layout does not resolve on {} ranks: {})", world, e.what());
+                 "layout does not resolve on {}: {})", count_of(world, "rank"), e.what());
   }
   return copy.resolved_batch().global_batch_size;
 }

@@ -1,7 +1,8 @@
 // End-to-end training on one rank: the tiny GPT learns the synthetic task, the digits models reach a
 // stated test accuracy, runs are bit-for-bit repeatable, the steady-state step allocates nothing, and a
 // non-finite step applies no update, is counted and stops the run (or not, within train.skip_nonfinite_steps), and
-// train.eval_interval, train.eval_batches and train.seed do what docs/config.md says.
+// train.eval_interval, train.eval_batches, train.seed, checkpoint.interval, keep_last and dir do what docs/config.md
+// says.
 // Runs in-process (MPI singleton world of one).
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -290,6 +292,32 @@ TEST(TrainE2E, TrainKeysShapeTheRun) {
   auto reseeded = tiny_gpt(4);
   reseeded.train.seed = config.train.seed + 1;
   EXPECT_NE(train::Trainer(reseeded, *world).gather_parameters(), initial) << "train.seed did not change the weights";
+  std::filesystem::remove_all(root);
+}
+
+// The checkpoint keys through Trainer::train: checkpoint.interval 1 saves after every step and checkpoint.keep_last
+// 2 prunes to the newest two, both in checkpoint.dir (another directory than <out_dir>/checkpoints, which stays
+// absent). With the defaults (interval 0, keep_last 0) only step 4 would be there.
+TEST(TrainE2E, CheckpointKeysShapeTheSaves) {
+  auto world = make_world();
+  const std::string root = ::testing::TempDir() + "cleave_checkpoint_keys_" + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  auto config = tiny_gpt(4);
+  config.train.eval_batches = 0;
+  config.train.out_dir = root + "/run";
+  config.train.report = false;
+  config.checkpoint.dir = root + "/saves";
+  config.checkpoint.interval = 1;
+  config.checkpoint.keep_last = 2;
+  train::Trainer(config, *world).train();
+  std::vector<std::string> saved;
+  for (const auto& entry : std::filesystem::directory_iterator(root + "/saves")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) == 0) saved.push_back(name);
+  }
+  std::sort(saved.begin(), saved.end());
+  EXPECT_EQ(saved, (std::vector<std::string>{"step_0000003", "step_0000004"}));
+  EXPECT_FALSE(std::filesystem::exists(root + "/run/checkpoints"));
   std::filesystem::remove_all(root);
 }
 

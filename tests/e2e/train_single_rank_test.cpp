@@ -1,8 +1,8 @@
 // End-to-end training on one rank: the tiny GPT learns the synthetic task, the digits models reach a
 // stated test accuracy, runs are bit-for-bit repeatable, the steady-state step allocates nothing, and a
 // non-finite step applies no update, is counted and stops the run (or not, within train.skip_nonfinite_steps), and
-// train.eval_interval, train.eval_batches, train.seed, checkpoint.interval, keep_last and dir do what docs/config.md
-// says.
+// train.eval_interval, train.eval_batches, train.seed and checkpoint.interval, keep_last, dir and save_final do what
+// docs/config.md says.
 // Runs in-process (MPI singleton world of one).
 #include <gtest/gtest.h>
 
@@ -297,7 +297,8 @@ TEST(TrainE2E, TrainKeysShapeTheRun) {
 
 // The checkpoint keys through Trainer::train: checkpoint.interval 1 saves after every step and checkpoint.keep_last
 // 2 prunes to the newest two, both in checkpoint.dir (another directory than <out_dir>/checkpoints, which stays
-// absent). With the defaults (interval 0, keep_last 0) only step 4 would be there.
+// absent). With the defaults (interval 0, keep_last 0) only step 4 would be there. checkpoint.save_final false
+// (interval 0) saves nothing.
 TEST(TrainE2E, CheckpointKeysShapeTheSaves) {
   auto world = make_world();
   const std::string root = ::testing::TempDir() + "cleave_checkpoint_keys_" + std::to_string(::getpid());
@@ -318,6 +319,14 @@ TEST(TrainE2E, CheckpointKeysShapeTheSaves) {
   std::sort(saved.begin(), saved.end());
   EXPECT_EQ(saved, (std::vector<std::string>{"step_0000003", "step_0000004"}));
   EXPECT_FALSE(std::filesystem::exists(root + "/run/checkpoints"));
+  // checkpoint.save_final false with interval 0: nothing saved (the default, true, saves step 4).
+  auto unsaved = tiny_gpt(2);
+  unsaved.train.eval_batches = 0;
+  unsaved.train.out_dir = root + "/unsaved";
+  unsaved.train.report = false;
+  unsaved.checkpoint.save_final = false;
+  train::Trainer(unsaved, *world).train();
+  EXPECT_FALSE(std::filesystem::exists(root + "/unsaved/checkpoints"));
   std::filesystem::remove_all(root);
 }
 

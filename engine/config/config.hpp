@@ -278,7 +278,8 @@ struct LayoutFacts {
   int reducing_replicas = 1;  // dp x cp: the ranks a gradient is reduced over
 };
 // The keys that do nothing in the layout the run got (parallel.partition.method with one stage, p2p_progress
-// "thread" at world size 1, dp_bucket_mb and grad_reduce_dtype with no replica to reduce over), one line each
+// "thread" at world size 1, dp_bucket_mb, grad_reduce_dtype and optimizer.zero_stage with no replica to reduce or
+// shard over), one line each
 // naming the key, its value and why: the run logs each once, beside keys_without_effect's.
 std::vector<std::string> keys_without_effect_in_layout(const RunConfig& config, const LayoutFacts& layout);
 // The message parse_config() gives for `error` when the config came from `origin` (a file name, "<defaults>")

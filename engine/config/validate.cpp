@@ -410,7 +410,8 @@ std::vector<std::string> keys_without_effect_in_layout(const RunConfig& c, const
     notes.push_back("parallel.p2p_progress \"thread\" has no effect: the world is one rank, with no transfers for a "
                     "progress thread to advance (it matters under mpirun -np N with N > 1)");
   }
-  // Gradient buckets exist to be reduced over dp x cp replicas: with one, no bucket is made or sent.
+  // Gradient buckets exist to be reduced over dp x cp replicas, and ZeRO shards over them: with one, no bucket is
+  // made or sent and nothing is sharded.
   if (layout.reducing_replicas == 1) {
     const ParallelConfig defaults;
     if (p.dp_bucket_mb != defaults.dp_bucket_mb) {
@@ -420,6 +421,11 @@ std::vector<std::string> keys_without_effect_in_layout(const RunConfig& c, const
     if (p.grad_reduce_dtype != defaults.grad_reduce_dtype) {
       notes.push_back(fmt::format("parallel.grad_reduce_dtype {} has no effect: data_parallel_size x "
                                   "context_parallel_size is 1, so no gradient is reduced", p.grad_reduce_dtype));
+    }
+    if (c.optimizer.zero_stage > 0) {
+      notes.push_back(fmt::format("optimizer.zero_stage {} has no effect: data_parallel_size x context_parallel_size "
+                                  "is 1, so there is no replica to shard over (training unsharded)",
+                                  c.optimizer.zero_stage));
     }
   }
   return notes;

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "engine/core/error.hpp"
-#include "engine/core/log.hpp"
 #include "engine/optim/grad_clip.hpp"
 #include "engine/optim/optimizer_factory.hpp"
 #include "engine/train/collectives.hpp"
@@ -18,10 +17,6 @@ StepTail::StepTail(RankSetup& setup, RankModel& model, std::function<void(int bu
   // Data parallel: grads (and, under ZeRO-1, values) become views into flat bucket buffers before any
   // optimizer sees them; the tied table's copies are summed inside the reduction, before dp.
   const int replicas = setup.grid.dp_size() * setup.grid.cp_size();  // dp × cp ranks hold the same parameters
-  if (cfg.optimizer.zero_stage > 0 && replicas == 1 && setup.world.rank() == 0) {
-    log::warn("optimizer.zero_stage {} has no effect with parallel.data_parallel_size 1 (there is no replica to "
-              "shard over); training unsharded", cfg.optimizer.zero_stage);
-  }
   if (replicas > 1) {
     DataParallelOptions options;
     options.bucket_mib = cfg.parallel.dp_bucket_mb;

@@ -165,7 +165,7 @@ void log_run_start(const RankSetup& s, const Throughput& throughput, const DataS
                               : std::string("no MFU without a peak (cleave train --profile FILE)"));
   // Keys accepted that do nothing in this mode by their field's convention (docs/config.md): said once each.
   for (const std::string& note : config::keys_without_effect(cfg)) log::warn("{}", note);
-  // Keys that do nothing in this layout (one stage, one rank, no replica to reduce over): said once each.
+  // Keys that do nothing in this layout (one stage, one rank, no replica to reduce or shard over): said once each.
   const config::LayoutFacts layout{s.world.size(), s.plan.num_stages(), s.grid.dp_size() * s.grid.cp_size()};
   for (const std::string& note : config::keys_without_effect_in_layout(cfg, layout)) log::warn("{}", note);
 }

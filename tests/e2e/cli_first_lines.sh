@@ -8,6 +8,7 @@
 #  - checks before work: checkpoint.dir or train.out_dir that is (or lies under) a file, generate --logits,
 #    export --out and import --out under a file, NaN weights at import and at train --init-from: each one error
 #    line naming the key or option and the path (or the tensor), before any step or load, nothing written.
+#  - train --help: the usage line, every option, exit 0, nothing trained.
 # Usage: cli_first_lines.sh CLEAVE SOURCE_DIR
 set -u
 cleave=$1
@@ -58,6 +59,20 @@ never() {
 
 tiny=(--set model.d_model=32 --set model.n_layers=2 --set model.seq_len=16 --set batch.global_batch_size=4
       --set batch.micro_batch_size=4 --set train.eval_batches=0 --set train.log_interval=1 --set train.report=false)
+
+# train --help: the help text, its usage line first and every option of the train command named, exit 0, and no
+# run: no step, no train.out_dir (runs/default) made.
+"$cleave" train --help > help.log 2>&1
+help_status=$?
+expect train-help help.log <<'EOF'
+usage: cleave train [CONFIG.json] [--set key.path=value ...] [--init-from DIR] [--resume auto|PATH]
+EOF
+if [ "$help_status" -ne 0 ]; then echo "FAIL train-help: exit $help_status"; failures=$((failures + 1)); fi
+for option in --set --resume --init-from --profile --restart-record --allow-config-change --help; do
+  grep -q -- "^  $option " help.log || { echo "FAIL train-help: $option not in the help"; failures=$((failures + 1)); }
+done
+never train-help help.log '^step '
+if [ -e runs ]; then echo "FAIL train-help: runs/ was written"; failures=$((failures + 1)); fi
 
 # Training: 3 steps with a checkpoint at step 2 and at the end, MFU against a profile's f32 peak: the H100 profile's
 # numbers as a cpu machine (train refuses a profile of another device than the run's: cli_bad_input.sh).

@@ -1,6 +1,8 @@
 // End-to-end training on one rank: the tiny GPT learns the synthetic task, the digits models reach a
 // stated test accuracy, runs are bit-for-bit repeatable, the steady-state step allocates nothing, and a
-// non-finite step applies no update, is counted and stops the run (or not, within train.skip_nonfinite_steps).
+// non-finite step applies no update, is counted and stops the run (or not, within train.skip_nonfinite_steps), and
+// train.eval_interval, train.eval_batches, train.seed and checkpoint.interval, keep_last, dir and save_final do what
+// docs/config.md says.
 // Runs in-process (MPI singleton world of one).
 #include <gtest/gtest.h>
 
@@ -8,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -260,6 +263,70 @@ TEST(TrainE2E, NonFiniteStepsApplyNoUpdateAreCountedAndStopTheRun) {
     EXPECT_EQ(rows[3]["skipped_steps"], 3);
     EXPECT_NEAR(rows[3]["mfu"].get<double>(), rows[3]["tflops_per_rank"].get<double>(), 1e-12);  // peak 1 TFLOP/s
   }
+  std::filesystem::remove_all(root);
+}
+
+// The train section's keys that shape a run, through Trainer::train (the loop `cleave train` runs), each away from
+// its default: train.eval_interval 2 evaluates after steps 2 and 4 of 4 (the default 0: after step 4 only);
+// train.eval_batches 3 evaluates 3 global batches (16 samples of 32 tokens each: 1,536 items; the default 8 would
+// be 4,096); train.seed another value gives other initial weights.
+TEST(TrainE2E, TrainKeysShapeTheRun) {
+  auto world = make_world();
+  const std::string root = ::testing::TempDir() + "cleave_train_keys_" + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  auto config = tiny_gpt(4);
+  config.train.eval_interval = 2;
+  config.train.eval_batches = 3;
+  config.train.out_dir = root;
+  config.train.report = false;
+  config.checkpoint.save_final = false;
+  train::Trainer trainer(config, *world);
+  const auto initial = trainer.gather_parameters();
+  const train::TrainSummary summary = trainer.train();
+  EXPECT_EQ(summary.eval.items, 3 * 16 * 32);
+  const auto rows = metrics_rows(root);
+  ASSERT_EQ(rows.size(), 4u);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].contains("eval_loss"), i == 1 || i == 3) << "metrics row of step " << i + 1;
+  }
+  auto reseeded = tiny_gpt(4);
+  reseeded.train.seed = config.train.seed + 1;
+  EXPECT_NE(train::Trainer(reseeded, *world).gather_parameters(), initial) << "train.seed did not change the weights";
+  std::filesystem::remove_all(root);
+}
+
+// The checkpoint keys through Trainer::train: checkpoint.interval 1 saves after every step and checkpoint.keep_last
+// 2 prunes to the newest two, both in checkpoint.dir (another directory than <out_dir>/checkpoints, which stays
+// absent). With the defaults (interval 0, keep_last 0) only step 4 would be there. checkpoint.save_final false
+// (interval 0) saves nothing.
+TEST(TrainE2E, CheckpointKeysShapeTheSaves) {
+  auto world = make_world();
+  const std::string root = ::testing::TempDir() + "cleave_checkpoint_keys_" + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  auto config = tiny_gpt(4);
+  config.train.eval_batches = 0;
+  config.train.out_dir = root + "/run";
+  config.train.report = false;
+  config.checkpoint.dir = root + "/saves";
+  config.checkpoint.interval = 1;
+  config.checkpoint.keep_last = 2;
+  train::Trainer(config, *world).train();
+  std::vector<std::string> saved;
+  for (const auto& entry : std::filesystem::directory_iterator(root + "/saves")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) == 0) saved.push_back(name);
+  }
+  std::sort(saved.begin(), saved.end());
+  EXPECT_EQ(saved, (std::vector<std::string>{"step_0000003", "step_0000004"}));
+  EXPECT_FALSE(std::filesystem::exists(root + "/run/checkpoints"));
+  // checkpoint.save_final false with interval 0: nothing saved (the default, true, saves step 4).
+  auto unsaved = tiny_gpt(2);
+  unsaved.train.eval_batches = 0;
+  unsaved.train.out_dir = root + "/unsaved";
+  unsaved.train.report = false;
+  unsaved.checkpoint.save_final = false;
+  train::Trainer(unsaved, *world).train();
+  EXPECT_FALSE(std::filesystem::exists(root + "/unsaved/checkpoints"));
   std::filesystem::remove_all(root);
 }
 

@@ -657,19 +657,23 @@ TEST(Config, KeysWithoutEffectAreNamed) {
 }
 
 // Keys that do nothing in the layout the run got: one stage (a partition method), one rank (a progress thread), no
-// replica to reduce gradients over (bucket size and wire dtype). In a layout where they act, nothing is said.
+// replica to reduce gradients over or shard over (bucket size, wire dtype, ZeRO stage). In a layout where they act,
+// nothing is said.
 TEST(Config, KeysWithoutEffectInTheLayoutAreNamed) {
   const RunConfig c = parse_config(R"({"parallel": {"partition": {"method": "uniform"}, "p2p_progress": "thread",
-                                                     "dp_bucket_mb": 5, "grad_reduce_dtype": "bf16"}})");
+                                                     "dp_bucket_mb": 5, "grad_reduce_dtype": "bf16"},
+                                       "optimizer": {"zero_stage": 2}})");
   const std::vector<std::string> alone = keys_without_effect_in_layout(c, {1, 1, 1});
-  ASSERT_EQ(alone.size(), 4u) << fmt::format("{}", fmt::join(alone, "\n"));
+  ASSERT_EQ(alone.size(), 5u) << fmt::format("{}", fmt::join(alone, "\n"));
   EXPECT_EQ(alone[0].find("parallel.partition.method uniform has no effect: the model runs as one stage"), 0u);
   EXPECT_EQ(alone[1].find("parallel.p2p_progress \"thread\" has no effect: the world is one rank"), 0u);
   EXPECT_EQ(alone[2].find("parallel.dp_bucket_mb 5 has no effect: data_parallel_size x context_parallel_size is 1"), 0u);
   EXPECT_EQ(alone[3].find("parallel.grad_reduce_dtype bf16 has no effect"), 0u);
+  EXPECT_EQ(alone[4].find("optimizer.zero_stage 2 has no effect: data_parallel_size x context_parallel_size is 1"),
+            0u);
   EXPECT_TRUE(keys_without_effect_in_layout(c, {4, 2, 2}).empty());
   // Two ranks of tensor parallelism: a progress thread has peers, but there is still no replica to reduce over.
-  EXPECT_EQ(keys_without_effect_in_layout(c, {2, 2, 1}).size(), 2u);
+  EXPECT_EQ(keys_without_effect_in_layout(c, {2, 2, 1}).size(), 3u);
   EXPECT_TRUE(keys_without_effect_in_layout(parse_config("{}"), {1, 1, 1}).empty());
 }
 

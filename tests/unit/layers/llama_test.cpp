@@ -25,7 +25,8 @@ using testing::run_zero_bubble_order;
 using testing::randomize;
 
 partition::BlockSpec llama_block_spec(std::int64_t d, std::int64_t heads, std::int64_t kv_heads, std::int64_t ffn,
-                                      std::int64_t seq, double theta = 10000.0, bool qk_norm = false) {
+                                      std::int64_t seq, double theta = 10000.0, bool qk_norm = false,
+                                      double norm_eps = 1e-5) {
   partition::LlamaConfig c;
   c.vocab_size = 11;
   c.d_model = d;
@@ -35,7 +36,7 @@ partition::BlockSpec llama_block_spec(std::int64_t d, std::int64_t heads, std::i
   c.ffn_hidden_size = ffn;
   c.seq_len = seq;
   c.rope_theta = theta;
-  c.norm_eps = 1e-5;
+  c.norm_eps = norm_eps;
   c.qk_norm = qk_norm;
   return partition::make_llama_spec(c).blocks[1];
 }
@@ -157,13 +158,16 @@ TEST(LlamaBlock, ForwardMatchesTheTransformersFormulasInDouble) {
     std::int64_t d, hq, hkv, f, t, batch;
     double theta;
     bool qk_norm = false;
+    double norm_eps = 1e-5;  // model.norm_eps: a large one changes every RMSNorm's output
   } cases[] = {{12, 6, 2, 10, 5, 2, 10000.0},
+               {12, 6, 2, 10, 5, 2, 10000.0, false, 0.5},
+               {12, 6, 2, 10, 5, 2, 10000.0, true, 0.25},
                {16, 2, 2, 24, 7, 1, 500000.0},
                {12, 2, 1, 8, 3, 3, 100.0},
                {12, 6, 2, 10, 5, 2, 10000.0, true},  // Qwen3's per-head q/k norms
                {16, 4, 2, 8, 4, 2, 1e6, true}};
   for (const Case& c : cases) {
-    const auto spec = llama_block_spec(c.d, c.hq, c.hkv, c.f, c.t, c.theta, c.qk_norm);
+    const auto spec = llama_block_spec(c.d, c.hq, c.hkv, c.f, c.t, c.theta, c.qk_norm, c.norm_eps);
     auto block = make_llama_block(spec, llama_init(), 1, 0);
     randomize_llama(*block);
     Context ctx;
@@ -178,7 +182,8 @@ TEST(LlamaBlock, ForwardMatchesTheTransformersFormulasInDouble) {
       err = std::max(err, std::fabs(y[i] - want[i]));
       norm += want[i] * want[i];
     }
-    EXPECT_LT(err, 2e-4) << "d " << c.d << " hq " << c.hq << " hkv " << c.hkv << " qk_norm " << c.qk_norm;
+    EXPECT_LT(err, 2e-4) << "d " << c.d << " hq " << c.hq << " hkv " << c.hkv << " qk_norm " << c.qk_norm
+                        << " norm_eps " << c.norm_eps;
     EXPECT_GT(norm, 0.0);
   }
 }

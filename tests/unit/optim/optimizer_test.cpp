@@ -1,5 +1,6 @@
 // AdamW and SGD against independent double-precision references over several steps with fresh random
-// gradients; state allocation (category, once, nothing in step), tied-parameter dedup, no-decay params.
+// gradients; state allocation (category, once, nothing in step), tied-parameter dedup, no-decay params; the
+// factory hands the optimizer section's hyperparameters on.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -167,6 +168,43 @@ TEST(Optimizer, FactoryFollowsConfig) {
   EXPECT_NE(dynamic_cast<AdamW*>(adamw.get()), nullptr);
   EXPECT_EQ(adamw->state_bytes(), 2 * 6 * 4);
   EXPECT_EQ(adamw->state_bytes(), 6 * 4 * c.state_tensors_per_param());
+}
+
+// The factory hands every hyperparameter of the optimizer section to the optimizer it makes: optimizer.betas,
+// eps and weight_decay (adamw), momentum, nesterov and weight_decay (sgd), each set away from its default, are
+// the ones the double-precision reference steps with (a key the factory dropped would leave its default there,
+// off by far more than the tolerance).
+TEST(Optimizer, FactoryPassesTheSectionsHyperparameters) {
+  config::OptimizerConfig c;
+  c.betas = {0.5, 0.7};
+  c.eps = 1e-2;
+  c.weight_decay = 0.2;
+  ASSERT_NE(c.betas, config::OptimizerConfig{}.betas);
+  ASSERT_NE(c.eps, config::OptimizerConfig{}.eps);
+  ASSERT_NE(c.weight_decay, config::OptimizerConfig{}.weight_decay);
+  auto w = random_param("w", Shape{4, 5}, true, 7);
+  auto adamw = make_optimizer(c, {w}, cpu_allocator());
+  AdamRef ra{to_double(w->value), std::vector<double>(20, 0), std::vector<double>(20, 0)};
+  for (int t = 1; t <= 3; ++t) {
+    fill_grad(*w, t);
+    ra.step(w->grad.to_floats(), 0.05, 0.5, 0.7, 1e-2, 0.2, t);
+    adamw->step(0.05);
+    expect_close(ra.p, w->value, 2e-6, "adamw from the config at step " + std::to_string(t));
+  }
+
+  c.type = config::OptimizerType::kSgd;
+  c.momentum = 0.6;
+  c.nesterov = true;
+  ASSERT_NE(c.momentum, config::OptimizerConfig{}.momentum);
+  auto v = random_param("v", Shape{4, 5}, true, 8);
+  auto sgd = make_optimizer(c, {v}, cpu_allocator());
+  SgdRef rs{to_double(v->value), std::vector<double>(20, 0)};
+  for (int t = 1; t <= 3; ++t) {
+    fill_grad(*v, t);
+    rs.step(v->grad.to_floats(), 0.1, 0.6, 0.2, true, t == 1);
+    sgd->step(0.1);
+    expect_close(rs.p, v->value, 1e-6, "sgd from the config at step " + std::to_string(t));
+  }
 }
 
 TEST(Optimizer, RejectsNonF32Params) {

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Mixture-of-experts training tokens/s on the CPU, Cleave against PyTorch eager, same machine, same run,
-interleaved (the moe counterpart of cpu_train_bench.py, whose Cleave runner, lock handling and table it reuses).
+interleaved (the moe counterpart of cpu_train_bench.py, written the same way: a fresh `cleave train` process per
+Cleave run, timed by its metrics.jsonl step_ms; PyTorch in this process; the shared lock held per round).
 
 For each model, ROUNDS rounds; in each round every contender runs in turn (Cleave fp32, Cleave bf16, PyTorch eager
-fp32, PyTorch eager under bf16 autocast), so load drift on a shared machine hits all alike. A contender's figure for
+fp32, the same with grouped experts, PyTorch eager under bf16 autocast; with --cleave-before also Cleave fp32 from a
+second binary, the code before a change), so load drift on a shared machine hits all alike. A contender's figure for
 a round is the median step time of its timed steps (after --warmup steps), as tokens/s; the table gives the median
 over rounds and each contender's ratio to PyTorch eager fp32.
 
@@ -148,7 +150,7 @@ def main():
     ap.add_argument("--cleave", required=True)
     ap.add_argument("--cleave-before", default="", help="a second cleave binary (the code before a change)")
     ap.add_argument("--models", default="example,large")
-    ap.add_argument("--contenders", default="cleave_fp32,cleave_bf16,torch_eager,torch_bf16")
+    ap.add_argument("--contenders", default="cleave_fp32,cleave_bf16,torch_eager,torch_grouped,torch_bf16")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=3)

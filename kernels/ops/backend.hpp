@@ -51,6 +51,11 @@ struct AttentionProblem {
 struct Backend {
   const char* name;
   void (*gemm)(const Context&, const GemmProblem&);
+  // Independent GEMMs (no two write the same C element), e.g. one grouped GEMM's groups (ops_moe.cpp): the gemm
+  // slot's result on each, except that a backend may run each whole on one thread where the gemm slot would slice
+  // it (outside deterministic mode a GEMM's bits may depend on its slices; a problem's bits still depend on its own
+  // shape and the thread count only). A backend without a kernel of its own fills this with detail::gemm_each.
+  void (*gemm_many)(const Context&, std::span<const GemmProblem>);
   void (*fill)(const Context&, const Tensor&, float);
   void (*copy)(const Context&, const Tensor& src, const Tensor& dst);
   void (*copy_2d)(const Context&, const Tensor& src, const Tensor& dst, const Copy2d& shape);
@@ -150,6 +155,7 @@ namespace detail {
 void adamw_update_each(const Context& ctx, std::span<const AdamWItem> items, const AdamWHyper& hyper);
 void sgd_update_each(const Context& ctx, std::span<const SgdItem> items, const SgdHyper& hyper);
 void scale_inplace_each(const Context& ctx, std::span<const Tensor> ys, float alpha);
+void gemm_each(const Context& ctx, std::span<const GemmProblem> problems);  // the gemm slot on each in turn
 }  // namespace detail
 
 // The backend serving `device` in this build; throws Error when the build has none (a cuda device in a

@@ -19,6 +19,9 @@ void check_same_numel(std::string_view op, std::string_view a_name, const Tensor
                       const Tensor& b);
 void check_numel(std::string_view op, std::string_view name, const Tensor& t, std::int64_t numel);
 [[noreturn]] void throw_not_implemented(std::string_view op, Device device, const char* backend);
+// ops::gemm's checks and size resolution (ops_gemm.cpp): the GemmProblem its slot receives.
+GemmProblem resolve_gemm(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
+                         const GemmOptions& options);
 
 // Notes one host wait of `kind` in the run's counter (Context::host_waits), if it has one.
 inline void note_host_wait(const Context& ctx, HostWait kind) {

@@ -58,8 +58,9 @@ void gemm(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
 
 // ---- Mixture of experts: grouped GEMMs and token routing --------------------------------------------------
 // Grouped GEMM, one GEMM per expert (group): `groups` (host) lists the rows of each group, in order; they sum
-// to the rows of the grouped operands. Groups of 0 rows are skipped (their C is left as it is). Each group runs
-// as one gemm() on the backend (same dtypes, same determinism), so the op serves every device gemm serves.
+// to the rows of the grouped operands. Groups of 0 rows are skipped (their C is left as it is). Each group is
+// one GEMM (same dtypes, same determinism as gemm()), the groups handed together to the backend's gemm_many slot
+// (backend.hpp: the CPU runs the small ones whole, one per thread of one region), so the op serves every device.
 //   grouped_gemm:             C_g = alpha · A_g · op(B[g]) + beta · C_g; A [rows, k] and C [rows, n] in
 //                             consecutive row blocks A_g, C_g; B [G, k, n] (trans_b: [G, n, k]).
 //   grouped_gemm_weight_grad: C[g] = alpha · A_g^T · B_g + beta · C[g]; A [rows, m], B [rows, n] in row

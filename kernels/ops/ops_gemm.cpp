@@ -1,5 +1,6 @@
 // gemm: operand shapes -> a GemmProblem (m, n, k, leading dimensions, batch strides), checked once for
-// every backend.
+// every backend (resolve_gemm, also the grouped GEMMs' per-group problems); gemm_each, the gemm_many slot of a
+// backend without one of its own.
 #include <algorithm>
 
 #include "kernels/ops/dispatch.hpp"
@@ -24,8 +25,10 @@ Matrix as_matrix(const Tensor& t, std::int64_t batch, std::string_view name) {
 
 }  // namespace
 
-void gemm(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& options) {
-  using namespace detail;
+namespace detail {
+
+GemmProblem resolve_gemm(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
+                         const GemmOptions& options) {
   constexpr std::string_view op = "gemm";
   check_float(ctx, op, "A", a);
   check_float(ctx, op, "B", b);
@@ -66,7 +69,18 @@ void gemm(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
     check_numel(op, "bias", options.bias, p.n);
     p.bias = options.bias;
   }
-  slot_of(ctx, &Backend::gemm, op)(ctx, p);
+  return p;
+}
+
+void gemm_each(const Context& ctx, std::span<const GemmProblem> problems) {
+  const auto slot = slot_of(ctx, &Backend::gemm, "gemm");
+  for (const GemmProblem& p : problems) slot(ctx, p);
+}
+
+}  // namespace detail
+
+void gemm(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& options) {
+  detail::slot_of(ctx, &Backend::gemm, "gemm")(ctx, detail::resolve_gemm(ctx, a, b, c, options));
 }
 
 }  // namespace cleave::ops

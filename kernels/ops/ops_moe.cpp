@@ -1,7 +1,8 @@
-// Mixture-of-experts ops (ops.hpp "Mixture of experts"): the grouped GEMMs, run as one backend gemm per
-// non-empty group on row-block views (so every device with a gemm slot serves them: CPU and CUDA), and the
-// checks of the routing ops before their slots.
+// Mixture-of-experts ops (ops.hpp "Mixture of experts"): the grouped GEMMs, resolved as one GEMM problem per
+// non-empty group on row-block views and handed together to the backend's gemm_many slot (CUDA: one gemm each; the
+// CPU: the small ones shared out whole over one OpenMP region), and the checks of the routing ops before their slots.
 #include <numeric>
+#include <vector>
 
 #include "kernels/ops/dispatch.hpp"
 #include "kernels/ops/ops.hpp"
@@ -49,12 +50,17 @@ void grouped_gemm(const Context& ctx, const Tensor& a, const Tensor& b, const Te
   gemm_options.trans_b = options.trans_b;
   gemm_options.alpha = options.alpha;
   gemm_options.beta = options.beta;
+  std::vector<GemmProblem> problems;
   std::int64_t first = 0;
   for (std::int64_t g = 0; g < g_count; ++g) {
     const std::int64_t rows = groups[static_cast<std::size_t>(g)];
-    if (rows > 0) gemm(ctx, a2.slice(first, first + rows), entry(b, g), c2.slice(first, first + rows), gemm_options);
+    if (rows > 0) {
+      problems.push_back(resolve_gemm(ctx, a2.slice(first, first + rows), entry(b, g), c2.slice(first, first + rows),
+                                      gemm_options));
+    }
     first += rows;
   }
+  slot_of(ctx, &Backend::gemm_many, op)(ctx, problems);
 }
 
 void grouped_gemm_weight_grad(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
@@ -75,12 +81,17 @@ void grouped_gemm_weight_grad(const Context& ctx, const Tensor& a, const Tensor&
   gemm_options.trans_a = true;
   gemm_options.alpha = options.alpha;
   gemm_options.beta = options.beta;
+  std::vector<GemmProblem> problems;
   std::int64_t first = 0;
   for (std::int64_t g = 0; g < g_count; ++g) {
     const std::int64_t rows = groups[static_cast<std::size_t>(g)];
-    if (rows > 0) gemm(ctx, a2.slice(first, first + rows), b2.slice(first, first + rows), entry(c, g), gemm_options);
+    if (rows > 0) {
+      problems.push_back(resolve_gemm(ctx, a2.slice(first, first + rows), b2.slice(first, first + rows), entry(c, g),
+                                      gemm_options));
+    }
     first += rows;
   }
+  slot_of(ctx, &Backend::gemm_many, op)(ctx, problems);
 }
 
 void moe_gather(const Context& ctx, const Tensor& x, const Tensor& index, const Tensor& scale, const Tensor& out) {

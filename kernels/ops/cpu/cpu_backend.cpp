@@ -30,6 +30,7 @@ void synchronize(const Context&) {}  // CPU work has finished when its call retu
 constexpr Backend kCpuBackend{
     .name = "cpu",
     .gemm = gemm,
+    .gemm_many = gemm_many,
     .fill = fill,
     .copy = copy,
     .copy_2d = copy_2d,

@@ -113,6 +113,7 @@ void rope_pack_qkv_backward(const Context& ctx, const Tensor& dqkv, const Tensor
 
 // ---- cpu_moe.cpp ---------------------------------------------------------------------------------------------
 void moe_gather(const Context& ctx, const Tensor& x, const Tensor& index, const Tensor& scale, const Tensor& out);
+void gemm_many(const Context& ctx, std::span<const GemmProblem> problems);
 void moe_combine(const Context& ctx, const Tensor& src, const Tensor& rows, const Tensor& weight, const Tensor& out);
 void moe_combine_weight_grad(const Context& ctx, const Tensor& dy, const Tensor& src, const Tensor& rows,
                              const Tensor& dweight);

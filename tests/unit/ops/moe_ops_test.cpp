@@ -1,7 +1,10 @@
 // The mixture-of-experts ops on the CPU: grouped GEMMs against one gemm per group on copies (groups of 0 rows
-// included, which leave C untouched), moe_gather / moe_combine / moe_combine_weight_grad against loops in double,
-// and the seam's checks of the groups.
+// included, which leave C untouched), a group's bits against the same group alone (gemm_many runs small groups whole,
+// one per thread: what it does with a group must not depend on the others) and, in deterministic mode, against
+// ops::gemm at 1 and 2 threads; moe_gather / moe_combine / moe_combine_weight_grad against loops in double, and the
+// seam's checks of the groups.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <vector>
@@ -9,6 +12,7 @@
 #include "engine/core/error.hpp"
 #include "engine/core/rng.hpp"
 #include "kernels/ops/ops.hpp"
+#include "unit/kernels/kernel_test_util.hpp"
 
 namespace cleave::ops {
 namespace {
@@ -69,6 +73,67 @@ TEST(MoeOps, GroupedGemmIsOneGemmPerGroup) {
   }
   const std::vector<std::int64_t> wrong = {2, 0, 3, 2};
   EXPECT_THROW(grouped_gemm(ctx, a, b, c, wrong, opt), Error);
+}
+
+// Rows [first, first + rows) of a [rows, cols] tensor's floats.
+std::vector<float> rows_of(const Tensor& t, std::int64_t first, std::int64_t rows) {
+  const std::int64_t cols = t.shape().last();
+  const auto all = t.to_floats();
+  return {all.begin() + first * cols, all.begin() + (first + rows) * cols};
+}
+
+// Groups large enough that the gemm slot alone slices them at 2 threads (m·n·k over 1 M), with an empty one.
+TEST(MoeOps, GroupedGemmGroupBitsDependOnTheGroupAlone) {
+  const std::vector<std::int64_t> groups = {200, 0, 300, 40};
+  const std::int64_t rows = 540, k = 96, n = 80, g = 4;
+  const Tensor a = random({rows, k}, 11), b = random({g, n, k}, 12), dc = random({rows, n}, 13);
+  const int saved = omp_get_max_threads();
+  for (const GemmMode mode : {GemmMode::kFast, GemmMode::kDeterministic}) {
+    Context ctx;
+    ctx.gemm_mode = mode;
+    std::vector<float> reference_c, reference_w;  // deterministic mode: the 1-thread results
+    for (const int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      const std::string at = std::string(mode == GemmMode::kFast ? "fast" : "deterministic") + " mode, threads " +
+                             std::to_string(threads);
+      GroupedGemmOptions nt;
+      nt.trans_b = true;
+      const Tensor c = random({rows, n}, 14);
+      grouped_gemm(ctx, a, b, c, groups, nt);
+      const Tensor w = random({g, n, k}, 15);
+      grouped_gemm_weight_grad(ctx, dc, a, w, groups, {});
+      std::int64_t first = 0;
+      for (std::int64_t e = 0; e < g; ++e) {
+        const std::int64_t r = groups[static_cast<std::size_t>(e)];
+        if (r > 0) {
+          const Tensor alone = random({r, n}, 16), alone_w = random({1, n, k}, 17);
+          const std::vector<std::int64_t> one = {r};
+          grouped_gemm(ctx, a.slice(first, first + r), b.slice(e, e + 1), alone, one, nt);
+          grouped_gemm_weight_grad(ctx, dc.slice(first, first + r), a.slice(first, first + r), alone_w, one, {});
+          EXPECT_TRUE(kernels::test::same_bits(rows_of(c, first, r), alone.to_floats())) << at << ", group " << e;
+          EXPECT_TRUE(kernels::test::same_bits(w.slice(e, e + 1).to_floats(), alone_w.to_floats())) << at << ", group " << e;
+          if (mode == GemmMode::kDeterministic) {  // the seam's contract: gemm()'s determinism
+            const Tensor via_gemm = random({r, n}, 18);
+            GemmOptions gemm_nt;
+            gemm_nt.trans_b = true;
+            gemm(ctx, a.slice(first, first + r), b.slice(e, e + 1).view(Shape{n, k}), via_gemm, gemm_nt);
+            EXPECT_TRUE(kernels::test::same_bits(rows_of(c, first, r), via_gemm.to_floats())) << at << ", group " << e;
+          }
+        }
+        first += r;
+      }
+      if (mode == GemmMode::kDeterministic) {
+        if (threads == 1) {
+          reference_c = c.to_floats();
+          reference_w = w.to_floats();
+        } else {
+          EXPECT_TRUE(kernels::test::same_bits(c.to_floats(), reference_c)) << at;
+          EXPECT_TRUE(kernels::test::same_bits(w.to_floats(), reference_w)) << at;
+        }
+      }
+    }
+  }
+  omp_set_num_threads(saved);
 }
 
 TEST(MoeOps, GatherCombineAndWeightGrad) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -308,65 +309,73 @@ pipeline::Schedule priced_auto_schedule(const run_plan::Plan& plan, const config
   return pipeline::ensure_lowered(pipeline::auto_schedule(pp, microbatches, o).schedule);
 }
 
-}  // namespace
-
-DeviceType planned_device(const config::RunConfig& config, const HardwareProfile& profile) {
-  return profile.device_type == DeviceType::kCuda ? DeviceType::kCuda : config.device.type;
-}
-
-PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origin,
-                           const std::vector<std::string>& overrides, const PlanChoice& choice,
-                           const HardwareProfile& profile, const SearchOptions& options, PlanDetails* details,
-                           SearchCache* cache) {
-  PlanEstimate est;
-  est.choice = choice;
+// A candidate's config, as it runs, and its run plan.
+struct Candidate {
   config::RunConfig config;
   run_plan::Plan plan;
+};
+
+// `choice` applied to `base`, resolved on options.world and planned (schedule `auto` priced again under
+// SearchOptions::auto_schedule_priced); nullopt with `reason` set where the engine refuses it.
+std::optional<Candidate> plan_candidate(const config::RunConfig& base, std::string_view origin,
+                                        const std::vector<std::string>& overrides, const PlanChoice& choice,
+                                        const HardwareProfile& profile, const SearchOptions& options,
+                                        SearchCache* cache, std::string& reason) {
+  Candidate c;
   try {
-    config = choice.apply_to(base);
+    c.config = choice.apply_to(base);
   } catch (const ConfigKeyError& e) {
     // Worded as when the candidate was read as --set overrides: the key's origin, then the key.
     std::vector<std::string> all = overrides;
     for (auto& o : choice.overrides()) all.push_back(o);
-    est.reason = config::keyed_message(e, origin, all);
-    return est;
+    reason = config::keyed_message(e, origin, all);
+    return std::nullopt;
   }
   try {
-    config.resolve(options.world);
-    // The search applies its own cap (options.memory_limit, which a cap in the config already became) below:
+    c.config.resolve(options.world);
+    // The search applies its own cap (options.memory_limit, which a cap in the config already became) later:
     // a plan over it is valid but does not fit. Left in the config, make_plan would refuse it as invalid.
-    config.device.memory_limit = 0;
-    plan = run_plan::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0,
-                              cache != nullptr ? &cache->schedules : nullptr);
+    c.config.device.memory_limit = 0;
+    c.plan = run_plan::make_plan(c.config, static_cast<int>(c.config.resolved_batch().gradient_accumulation_steps),
+                                 0, cache != nullptr ? &cache->schedules : nullptr);
     // From here on the config is the run the plan is for: the memory plan's device-only decisions (the CPU's
     // bf16 widening scratch, the host line) follow the device it runs on, not only what the config said.
-    config.device.type = planned_device(config, profile);
-    if (options.auto_schedule_priced && config.parallel.schedule == "auto") {
-      plan.schedule = priced_auto_schedule(plan, config, choice, profile, options);
+    c.config.device.type = planned_device(c.config, profile);
+    if (options.auto_schedule_priced && c.config.parallel.schedule == "auto") {
+      c.plan.schedule = priced_auto_schedule(c.plan, c.config, choice, profile, options);
     }
   } catch (const Error& e) {
-    est.reason = e.what();
-    return est;
+    reason = e.what();
+    return std::nullopt;
   }
-  est.valid = true;
-  // The ep imbalance, when the workload's expected figure (partition::workload_ep_imbalance, as the memory plan and
-  // the step terms would each work it out again): once, with the search's integral (the same value).
+  return c;
+}
+
+// The options the candidate is priced under: with ep > 1 and no imbalance given, the workload's expected figure
+// (partition::workload_ep_imbalance, as the memory plan and the step terms would each work it out again), worked out
+// once, with the search's integral (the same value).
+SearchOptions with_ep_imbalance(const SearchOptions& options, const run_plan::Plan& plan, const PlanChoice& choice,
+                                SearchCache* cache) {
   SearchOptions opts = options;
   if (choice.ep > 1 && opts.ep_imbalance <= 0) {
     opts.ep_imbalance = partition::workload_ep_imbalance(plan.spec, choice.micro_batch, choice.cp, choice.ep,
                                                          cache != nullptr ? &cache->expected_max : nullptr);
   }
+  return opts;
+}
 
-  // Memory: the trainer's own estimate for every pp rank. What a rank touches over and over in a step (all of it
-  // but the optimizer state, which only the optimizer step reads) decides how warm its caches stay.
+// Memory: the trainer's own estimate for every pp rank; the peak and the host line (and their ranks) into `est`,
+// every rank's rows into `details`. Returns each rank's working set: what it touches over and over in a step (all
+// of it but the optimizer state, which only the optimizer step reads), which decides how warm its caches stay.
+std::vector<std::int64_t> estimate_memory(const run_plan::Plan& plan, const config::RunConfig& config,
+                                          const PlanChoice& choice, const SearchOptions& opts, PlanEstimate& est,
+                                          PlanDetails* details) {
   std::vector<std::int64_t> working_set(static_cast<std::size_t>(choice.pp), 0);
-  const bool bf16 = config.device.precision == config::Precision::kBf16;
-  const std::vector<double> saved = probabilities_saved(plan, choice, options, bf16 ? DType::kBF16 : DType::kF32);
   for (int r = 0; r < choice.pp; ++r) {
     // A run storing attention probabilities keeps them with every micro-batch's stash: the memory plan counts them
     // in each attention block's (its `attention` input), so the walk and cp's transients above it are the run's.
     const run_plan::MemoryPlan memory =
-        run_plan::estimate_rank_memory(plan, config, r, opts.ep_imbalance, options.attention);
+        run_plan::estimate_rank_memory(plan, config, r, opts.ep_imbalance, opts.attention);
     working_set[static_cast<std::size_t>(r)] =
         memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
     // The host line (PlanEstimate::host_pinned_bytes), on the planned device (0 on the CPU).
@@ -386,58 +395,128 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
       est.peak_by_category = memory.bytes;
     }
   }
-  const std::int64_t cap = options.memory_limit;
+  return working_set;
+}
+
+// Whether est's peak fits under `cap` (0: none), and if not the reason, naming the rank.
+void check_fit(std::int64_t cap, PlanEstimate& est) {
   est.fits = cap == 0 || est.peak_bytes <= cap;
   if (!est.fits) {
     est.reason = fmt::format("pp rank {} needs {} > cap {}", est.peak_rank, format_bytes(est.peak_bytes), format_bytes(cap));
   }
+}
 
-  // Time: the step's terms per stage (step_terms.hpp), timed by the simulator, then split back term by term.
-  if (profile.measured.has_blocks()) {
-    check_profile_matches(profile, plan.spec, bf16);
-    for (const auto& block : plan.spec.blocks) {
-      if (!profile.measured.covers(partition::block_shape_key(block), choice.tp)) {
-        est.valid = est.fits = false;
-        est.reason = fmt::format("profile '{}' has no measurement at tensor-parallel width {} (run cleave profile with "
-                                 "--world {})", profile.name, choice.tp, options.world);
-        return est;
-      }
+// Why a measured profile cannot price the plan: it has no measurement of a block at the plan's tensor-parallel
+// width; "" when it can (or has no block tables). A profile of another model is refused (check_profile_matches).
+std::string measured_gap(const HardwareProfile& profile, const run_plan::Plan& plan, const PlanChoice& choice,
+                         int world, bool bf16) {
+  if (!profile.measured.has_blocks()) return "";
+  check_profile_matches(profile, plan.spec, bf16);
+  for (const auto& block : plan.spec.blocks) {
+    if (!profile.measured.covers(partition::block_shape_key(block), choice.tp)) {
+      return fmt::format("profile '{}' has no measurement at tensor-parallel width {} (run cleave profile with "
+                         "--world {})", profile.name, choice.tp, world);
     }
   }
-  if (!est.fits && !options.price_over_cap) return est;  // known by its memory (SearchOptions::price_over_cap)
-  // Ranks sharing a node's cores: each computes on its share (HardwareProfile::core_sharing), so a layout with
-  // more ranks than cores is never priced faster than the cores allow.
-  est.ranks_on_node = std::min(options.world, std::max(1, profile.ranks_per_node));
+  return "";
+}
+
+// Ranks sharing a node's cores: each computes on its share (HardwareProfile::core_sharing), so a layout with
+// more ranks than cores is never priced faster than the cores allow.
+void share_node_cores(const HardwareProfile& profile, int world, PlanEstimate& est) {
+  est.ranks_on_node = std::min(world, std::max(1, profile.ranks_per_node));
   est.cores_per_node = profile.cores_per_node;
   est.core_sharing = profile.core_sharing(est.ranks_on_node);
-  const TermContext terms = make_term_context(plan, config, choice, profile, opts, est.core_sharing);
+}
+
+// The profile's time sharing at est's ranks per node (time_shared): its compute factor, taken into core_sharing,
+// and the handoff to a descheduled peer.
+void share_time_slices(const HardwareProfile& profile, PlanEstimate& est) {
   const TimeShared shared = time_shared(profile, est.ranks_on_node);
   est.time_shared_compute = shared.compute;
   est.handoff_s = shared.handoff_s;
   est.core_sharing *= shared.compute;
-  const std::vector<StageCosts> stages = stage_costs(terms, working_set);
-  ActionTerms optimizer;
-  const pipeline::SimulationCosts sim = simulation_costs(terms, stages, optimizer);
-  for (const StageCosts& st : stages) est.comm_bytes += st.comm_bytes / choice.pp;
+}
+
+// What the step moves: each rank's share of the communicated bytes, the ep imbalance priced, and one moe block's
+// four all-to-alls per micro-batch (the first moe block's).
+void record_traffic(const TermContext& terms, const std::vector<StageCosts>& stages, PlanEstimate& est) {
+  const int pp = terms.choice->pp;
+  for (const StageCosts& st : stages) est.comm_bytes += st.comm_bytes / pp;
   est.ep_imbalance = terms.ep_imbalance;
-  for (int b = 0; b < static_cast<int>(plan.spec.blocks.size()) && est.ep_all_to_all_s == 0; ++b) {
+  for (int b = 0; b < static_cast<int>(terms.plan->spec.blocks.size()) && est.ep_all_to_all_s == 0; ++b) {
     const BlockCollectives x = expert_all_to_all(terms, b);  // one moe block's four, per micro-batch
     est.ep_all_to_all_s = x.forward_s + x.backward_s;
   }
+}
+
+// The simulated step, its bubble and the items it trains per second into `est`.
+void record_step(const pipeline::SimulationResult& result, const config::RunConfig& config,
+                 const run_plan::Plan& plan, const SearchOptions& options, PlanEstimate& est) {
+  est.step_s = priced_step_s(result.stats, options);
+  est.bubble = options.optimizer_post_validation ? result.stats.stage_bubble_fraction : result.stats.bubble_fraction;
+  const double items = static_cast<double>(config.resolved_batch().global_batch_size * plan.spec.items_per_sample());
+  est.items_per_s = est.step_s > 0 ? items / est.step_s : 0.0;
+}
+
+// Time: the step's terms per stage (step_terms.hpp) for `working_set`, timed by the simulator, then split back
+// term by term into est's breakdown; `details` gets the simulated step and each rank's memory over it (`saved`:
+// probabilities_saved). `options` are the search's, `opts` with_ep_imbalance's.
+void price_step(const run_plan::Plan& plan, const config::RunConfig& config, const PlanChoice& choice,
+                const HardwareProfile& profile, const SearchOptions& options, const SearchOptions& opts,
+                const std::vector<std::int64_t>& working_set, const std::vector<double>& saved, SearchCache* cache,
+                PlanEstimate& est, PlanDetails* details) {
+  share_node_cores(profile, options.world, est);
+  const TermContext terms = make_term_context(plan, config, choice, profile, opts, est.core_sharing);
+  share_time_slices(profile, est);
+  const std::vector<StageCosts> stages = stage_costs(terms, working_set);
+  ActionTerms optimizer;
+  const pipeline::SimulationCosts sim = simulation_costs(terms, stages, optimizer);
+  record_traffic(terms, stages, est);
   // In a search, the schedule validated and indexed once (SearchCache::prepared: the same timing).
   const std::shared_ptr<const pipeline::PreparedSchedule> prepared =
       cache != nullptr ? cache->prepared.prepare(plan.schedule) : nullptr;
   const pipeline::SimulationResult result =
       prepared != nullptr ? pipeline::simulate(*prepared, sim) : pipeline::simulate(plan.schedule, sim);
-  est.step_s = priced_step_s(result.stats, options);
-  est.bubble = options.optimizer_post_validation ? result.stats.stage_bubble_fraction : result.stats.bubble_fraction;
-  const double items = static_cast<double>(config.resolved_batch().global_batch_size * plan.spec.items_per_sample());
-  est.items_per_s = est.step_s > 0 ? items / est.step_s : 0.0;
+  record_step(result, config, plan, options, est);
   est.breakdown = step_breakdown(terms, stages, optimizer, sim, result, prepared.get());
   if (details) {
     details->simulated = result;
-    memory_over_step(plan, choice, bf16, est.step_s, saved, *details);
+    memory_over_step(plan, choice, terms.bf16, est.step_s, saved, *details);
   }
+}
+
+}  // namespace
+
+DeviceType planned_device(const config::RunConfig& config, const HardwareProfile& profile) {
+  return profile.device_type == DeviceType::kCuda ? DeviceType::kCuda : config.device.type;
+}
+
+PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origin,
+                           const std::vector<std::string>& overrides, const PlanChoice& choice,
+                           const HardwareProfile& profile, const SearchOptions& options, PlanDetails* details,
+                           SearchCache* cache) {
+  PlanEstimate est;
+  est.choice = choice;
+  const std::optional<Candidate> candidate =
+      plan_candidate(base, origin, overrides, choice, profile, options, cache, est.reason);
+  if (!candidate) return est;
+  const config::RunConfig& config = candidate->config;
+  const run_plan::Plan& plan = candidate->plan;
+  est.valid = true;
+  const SearchOptions opts = with_ep_imbalance(options, plan, choice, cache);
+  const bool bf16 = config.device.precision == config::Precision::kBf16;
+  const std::vector<double> saved = probabilities_saved(plan, choice, options, bf16 ? DType::kBF16 : DType::kF32);
+  const std::vector<std::int64_t> working_set = estimate_memory(plan, config, choice, opts, est, details);
+  check_fit(options.memory_limit, est);
+  const std::string gap = measured_gap(profile, plan, choice, options.world, bf16);
+  if (!gap.empty()) {
+    est.valid = est.fits = false;
+    est.reason = gap;
+    return est;
+  }
+  if (!est.fits && !options.price_over_cap) return est;  // known by its memory (SearchOptions::price_over_cap)
+  price_step(plan, config, choice, profile, options, opts, working_set, saved, cache, est, details);
   return est;
 }
 

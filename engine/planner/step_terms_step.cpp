@@ -29,6 +29,109 @@ pipeline::SimulationCosts without_send_waits(pipeline::SimulationCosts sim) {
   return sim;
 }
 
+// The pp rank with the most busy time (the first of equals).
+int busiest_rank(const pipeline::TimelineStats& stats) {
+  int rank = 0;
+  for (std::size_t r = 0; r < stats.ranks.size(); ++r) {
+    if (stats.ranks[r].busy > stats.ranks[static_cast<std::size_t>(rank)].busy) rank = static_cast<int>(r);
+  }
+  return rank;
+}
+
+// One action's terms (its stage's F, I, W, reduction, or the optimizer step) added to `busy` and to bd's by_action.
+void add_action_terms(pipeline::ActionKind kind, const StageCosts& st, const ActionTerms& optimizer, ActionTerms& busy,
+                      StepBreakdown& bd) {
+  const auto add = [&](StepAction action, const ActionTerms& terms) {
+    busy += terms;
+    bd.add_action(action, terms);
+  };
+  switch (kind) {
+    case pipeline::ActionKind::kForward: add(StepAction::kForward, st.forward); break;
+    case pipeline::ActionKind::kBackwardInput: add(StepAction::kInputGrad, st.input_grad); break;
+    case pipeline::ActionKind::kBackwardWeight: add(StepAction::kWeightGrad, st.weight_grad); break;
+    case pipeline::ActionKind::kBackward:
+      add(StepAction::kInputGrad, st.input_grad);
+      add(StepAction::kWeightGrad, st.weight_grad);
+      break;
+    case pipeline::ActionKind::kReduceGrad: add(StepAction::kReduceGrad, st.reduce_grad); break;
+    case pipeline::ActionKind::kOptimizerStep: add(StepAction::kOptimizer, optimizer); break;
+    default: break;
+  }
+}
+
+// Compute per block kind: each F, I, W (B = I + W) of the stage adds its blocks' share of that pass to `blocks`.
+void add_block_passes(pipeline::ActionKind kind, const StageCosts& st, std::vector<BlockPassSeconds>& blocks) {
+  const bool f = kind == pipeline::ActionKind::kForward;
+  const bool i = kind == pipeline::ActionKind::kBackwardInput || kind == pipeline::ActionKind::kBackward;
+  const bool w = kind == pipeline::ActionKind::kBackwardWeight || kind == pipeline::ActionKind::kBackward;
+  if (!f && !i && !w) return;
+  for (const BlockPassSeconds& k : st.blocks) {
+    BlockPassSeconds pass{k.block, 0, f ? k.forward_s : 0.0, i ? k.input_grad_s : 0.0,
+                          w ? k.weight_grad_s : 0.0, i ? k.recompute_s : 0.0, {}, {}};
+    for (std::size_t p : {std::size_t{kPassF}, std::size_t{kPassI}, std::size_t{kPassW}, std::size_t{kPassRerun}}) {
+      const bool on = p == kPassF ? f : p == kPassW ? w : i;
+      pass.elementwise_s[p] = on ? k.elementwise_s[p] : 0.0;
+      pass.launch_s[p] = on ? k.launch_s[p] : 0.0;
+    }
+    add_block_seconds(blocks, pass);
+  }
+}
+
+// The blocks pp rank `rank` holds, counted into `blocks` by kind.
+void count_rank_blocks(const run_plan::Plan& plan, int rank, std::vector<BlockPassSeconds>& blocks) {
+  for (int s = 0; s < plan.num_stages(); ++s) {
+    if (plan.stage_to_rank(s) != rank) continue;
+    const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
+    for (int b = range.begin; b < range.end; ++b) {
+      const std::string kind(enum_name(plan.spec.blocks[static_cast<std::size_t>(b)].kind));
+      for (auto& k : blocks) k.blocks += k.block == kind ? 1 : 0;
+    }
+  }
+}
+
+// What the F&B pairs hid of pp rank `rank`'s all-to-alls (parallel.moe_a2a_overlap, simulator.hpp): moved in `busy`
+// from exposed to hidden.
+void hide_paired_all_to_all(const run_plan::Plan& plan, int rank, const pipeline::SimulationCosts& sim,
+                            const pipeline::SimulationResult& result, ActionTerms& busy) {
+  double all_to_all = 0;
+  for (const auto& a : plan.schedule.ranks[static_cast<std::size_t>(rank)]) {
+    const auto s = static_cast<std::size_t>(a.stage);  // read only for F and I, which have a stage
+    if (a.kind == pipeline::ActionKind::kForward) all_to_all += sim.stages[s].forward_all_to_all;
+    if (pipeline::is_backward_input(a.kind)) all_to_all += sim.stages[s].backward_all_to_all;
+  }
+  const double hidden = std::max(0.0, all_to_all - result.exposed_all_to_all[static_cast<std::size_t>(rank)]);
+  busy[StepTerm::kExpertAllToAll] -= hidden;
+  busy.hidden_at(StepTerm::kExpertAllToAll) += hidden;
+}
+
+// Idle (the step less the rank's `busy` seconds) into bd's terms: what the receivers' waits for their senders' lost
+// time add is theirs (point_to_point_wait), then what free point-to-point transfers would remove (point_to_point),
+// the rest is bubble. Each is priced by simulating the schedule again without it.
+void split_idle(const TermContext& c, const pipeline::SimulationCosts& sim, const pipeline::SimulationResult& result,
+                const pipeline::PreparedSchedule* prepared, double busy, StepBreakdown& bd) {
+  const run_plan::Plan& plan = *c.plan;
+  const double step = priced_step_s(result.stats, *c.options);
+  const double idle = std::max(0.0, step - busy);
+  const auto priced = [&](const pipeline::SimulationCosts& costs) {
+    return priced_step_s(
+        (prepared != nullptr ? pipeline::simulate(*prepared, costs) : pipeline::simulate(plan.schedule, costs)).stats,
+        *c.options);
+  };
+  const bool waits = has_send_waits(sim);
+  const double waitless = waits ? priced(without_send_waits(sim)) : step;
+  const double wait = std::clamp(step - waitless, 0.0, idle);
+  double p2p = 0;
+  if (c.choice->pp > 1 && (sim.p2p_latency > 0 || sim.p2p_bandwidth > 0)) {
+    pipeline::SimulationCosts free_p2p = waits ? without_send_waits(sim) : sim;
+    free_p2p.p2p_latency = 0;
+    free_p2p.p2p_bandwidth = 0;  // infinite
+    p2p = std::clamp(waitless - priced(free_p2p), 0.0, idle - wait);
+  }
+  bd.seconds[static_cast<std::size_t>(StepTerm::kPointToPointWait)] = wait;
+  bd.seconds[static_cast<std::size_t>(StepTerm::kPointToPoint)] = p2p;
+  bd.seconds[static_cast<std::size_t>(StepTerm::kBubble)] = std::max(0.0, idle - wait - p2p);
+}
+
 }  // namespace
 
 pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vector<StageCosts>& stages,
@@ -96,82 +199,18 @@ StepBreakdown step_breakdown(const TermContext& c, const std::vector<StageCosts>
                              const pipeline::PreparedSchedule* prepared) {
   const run_plan::Plan& plan = *c.plan;
   StepBreakdown bd;
-  for (std::size_t r = 0; r < result.stats.ranks.size(); ++r) {
-    if (result.stats.ranks[r].busy > result.stats.ranks[static_cast<std::size_t>(bd.rank)].busy) bd.rank = static_cast<int>(r);
-  }
+  bd.rank = busiest_rank(result.stats);
   ActionTerms busy;
   for (const auto& a : plan.schedule.ranks[static_cast<std::size_t>(bd.rank)]) {
     const StageCosts& st = stages[static_cast<std::size_t>(std::max(0, a.stage))];
-    switch (a.kind) {
-      case pipeline::ActionKind::kForward: busy += st.forward; bd.add_action(StepAction::kForward, st.forward); break;
-      case pipeline::ActionKind::kBackwardInput: busy += st.input_grad; bd.add_action(StepAction::kInputGrad, st.input_grad); break;
-      case pipeline::ActionKind::kBackwardWeight: busy += st.weight_grad; bd.add_action(StepAction::kWeightGrad, st.weight_grad); break;
-      case pipeline::ActionKind::kBackward:
-        busy += st.input_grad, busy += st.weight_grad;
-        bd.add_action(StepAction::kInputGrad, st.input_grad), bd.add_action(StepAction::kWeightGrad, st.weight_grad);
-        break;
-      case pipeline::ActionKind::kReduceGrad: busy += st.reduce_grad; bd.add_action(StepAction::kReduceGrad, st.reduce_grad); break;
-      case pipeline::ActionKind::kOptimizerStep: busy += optimizer; bd.add_action(StepAction::kOptimizer, optimizer); break;
-      default: break;
-    }
-    // Compute per block kind: each F, I, W (B = I + W) of the stage adds its blocks' share of that pass.
-    const bool f = a.kind == pipeline::ActionKind::kForward;
-    const bool i = a.kind == pipeline::ActionKind::kBackwardInput || a.kind == pipeline::ActionKind::kBackward;
-    const bool w = a.kind == pipeline::ActionKind::kBackwardWeight || a.kind == pipeline::ActionKind::kBackward;
-    if (!f && !i && !w) continue;
-    for (const BlockPassSeconds& k : st.blocks) {
-      BlockPassSeconds pass{k.block, 0, f ? k.forward_s : 0.0, i ? k.input_grad_s : 0.0,
-                            w ? k.weight_grad_s : 0.0, i ? k.recompute_s : 0.0, {}, {}};
-      for (std::size_t p : {std::size_t{kPassF}, std::size_t{kPassI}, std::size_t{kPassW}, std::size_t{kPassRerun}}) {
-        const bool on = p == kPassF ? f : p == kPassW ? w : i;
-        pass.elementwise_s[p] = on ? k.elementwise_s[p] : 0.0;
-        pass.launch_s[p] = on ? k.launch_s[p] : 0.0;
-      }
-      add_block_seconds(bd.blocks, pass);
-    }
+    add_action_terms(a.kind, st, optimizer, busy, bd);
+    add_block_passes(a.kind, st, bd.blocks);
   }
-  for (int s = 0; s < plan.num_stages(); ++s) {  // the blocks the rank holds, by kind
-    if (plan.stage_to_rank(s) != bd.rank) continue;
-    const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
-    for (int b = range.begin; b < range.end; ++b) {
-      const std::string kind(enum_name(plan.spec.blocks[static_cast<std::size_t>(b)].kind));
-      for (auto& k : bd.blocks) k.blocks += k.block == kind ? 1 : 0;
-    }
-  }
-  if (plan.schedule.overlap_fb_pairs) {  // what the F&B pairs hid of the rank's all-to-alls (simulator.hpp)
-    double all_to_all = 0;
-    for (const auto& a : plan.schedule.ranks[static_cast<std::size_t>(bd.rank)]) {
-      if (a.kind == pipeline::ActionKind::kForward) all_to_all += sim.stages[static_cast<std::size_t>(a.stage)].forward_all_to_all;
-      if (pipeline::is_backward_input(a.kind)) all_to_all += sim.stages[static_cast<std::size_t>(a.stage)].backward_all_to_all;
-    }
-    const double hidden = std::max(0.0, all_to_all - result.exposed_all_to_all[static_cast<std::size_t>(bd.rank)]);
-    busy[StepTerm::kExpertAllToAll] -= hidden;
-    busy.hidden_at(StepTerm::kExpertAllToAll) += hidden;
-  }
+  count_rank_blocks(plan, bd.rank, bd.blocks);
+  if (plan.schedule.overlap_fb_pairs) hide_paired_all_to_all(plan, bd.rank, sim, result, busy);
   bd.seconds = busy.exposed;
   bd.hidden = busy.hidden;
-  // Idle: what the receivers' waits for their senders' lost time add is theirs, then what free point-to-point
-  // transfers would remove, the rest is bubble.
-  const double step = priced_step_s(result.stats, *c.options);
-  const double idle = std::max(0.0, step - busy.total());
-  const auto priced = [&](const pipeline::SimulationCosts& costs) {
-    return priced_step_s(
-        (prepared != nullptr ? pipeline::simulate(*prepared, costs) : pipeline::simulate(plan.schedule, costs)).stats,
-        *c.options);
-  };
-  const bool waits = has_send_waits(sim);
-  const double waitless = waits ? priced(without_send_waits(sim)) : step;
-  const double wait = std::clamp(step - waitless, 0.0, idle);
-  double p2p = 0;
-  if (c.choice->pp > 1 && (sim.p2p_latency > 0 || sim.p2p_bandwidth > 0)) {
-    pipeline::SimulationCosts free_p2p = waits ? without_send_waits(sim) : sim;
-    free_p2p.p2p_latency = 0;
-    free_p2p.p2p_bandwidth = 0;  // infinite
-    p2p = std::clamp(waitless - priced(free_p2p), 0.0, idle - wait);
-  }
-  bd.seconds[static_cast<std::size_t>(StepTerm::kPointToPointWait)] = wait;
-  bd.seconds[static_cast<std::size_t>(StepTerm::kPointToPoint)] = p2p;
-  bd.seconds[static_cast<std::size_t>(StepTerm::kBubble)] = std::max(0.0, idle - wait - p2p);
+  split_idle(c, sim, result, prepared, busy.total(), bd);
   bd.set_groups();
   return bd;
 }

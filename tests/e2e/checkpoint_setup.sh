@@ -1,14 +1,9 @@
 # Sourced by the checkpoint_*.sh tests that train a tiny GPT through the CLI (arguments: CLEAVE MPIEXEC [FLAGS...]):
-# sets cleave and the mpiexec array from them, makes a scratch directory $work (removed on exit) and enters it, and
-# defines fail(), losses() and tiny_config().
+# sets cleave and the mpiexec array from them, makes a scratch directory $work (removed on exit) and enters it
+# (mpi_script_setup.sh), and defines fail(), losses() and tiny_config().
 # Invariant: every test starts from the one tiny config below and states only the keys it changes, so what a test
 # trains is read in that test.
-set -u
-cleave=$1; shift
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+source "$(dirname "${BASH_SOURCE[0]}")/mpi_script_setup.sh" "$@"  # cleave, mpiexec, $work (entered)
 
 fail() { echo "FAIL $*"; exit 1; }
 # losses RUN_DIR: the loss of each row of RUN_DIR/metrics.jsonl, one a line.

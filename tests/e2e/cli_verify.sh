@@ -18,12 +18,7 @@
 #    at tp > 1: the default gpt at tp 2 in bf16 under SGD passes within it);
 #  - a bad option value is refused before MPI starts.
 # Usage: cli_verify.sh CLEAVE MPIEXEC [FLAGS...]
-set -u
-cleave=$1; shift
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+source "$(dirname "$0")/mpi_script_setup.sh" "$@"  # cleave, mpiexec, $work (entered, removed on exit)
 failures=0
 cat > tiny.json <<'JSON'
 {

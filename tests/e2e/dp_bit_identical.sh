@@ -4,12 +4,7 @@
 # losses to metrics.jsonl, to the last printed digit (shortest round-trip doubles), with AdamW and
 # clipping on. Grad norms agree to 1e-12 (their squares are summed over other partitions).
 # Usage: dp_bit_identical.sh CLEAVE MPIEXEC [FLAGS...]
-set -u
-cleave=$1; shift
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+source "$(dirname "$0")/mpi_script_setup.sh" "$@"  # cleave, mpiexec, $work (entered, removed on exit)
 cat > tiny.json <<'JSON'
 {
   "model": {"type": "gpt", "vocab_size": 64, "d_model": 64, "n_layers": 2, "n_heads": 4, "seq_len": 32},

@@ -5,12 +5,7 @@
 # them into the logical [E, ...] tensors and the per-expert HF names). The ep 2 run's log names the layout. Then on 4
 # ranks ep 2 × tp 2 against tp 2 at ep 1 (HF export gathering expert shards split over both ep and tp).
 # Usage: ep_export.sh CLEAVE MPIEXEC [FLAGS...]
-set -u
-cleave=$1; shift
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+source "$(dirname "$0")/mpi_script_setup.sh" "$@"  # cleave, mpiexec, $work (entered, removed on exit)
 cat > moe.json <<'JSON'
 {
   "model": {"type": "moe", "vocab_size": 64, "d_model": 16, "n_layers": 2, "n_heads": 2, "seq_len": 8,

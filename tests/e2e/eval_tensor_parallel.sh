@@ -5,12 +5,7 @@
 # tp1, tp2, tp4 and tp2 x pp2; the eval_loss each writes to metrics.jsonl (on the last step's row) must equal
 # tp1's within 1e-5 relative, and the accuracy within one row in a thousand.
 # Usage: eval_tensor_parallel.sh CLEAVE MPIEXEC [FLAGS...]
-set -u
-cleave=$1; shift
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+source "$(dirname "$0")/mpi_script_setup.sh" "$@"  # cleave, mpiexec, $work (entered, removed on exit)
 cat > tiny.json <<'JSON'
 {
   "model": {"type": "gpt", "vocab_size": 97, "d_model": 64, "n_layers": 2, "n_heads": 4, "seq_len": 32},

@@ -8,7 +8,8 @@ reports each side's worst error against the reference as max |x - ref| / max |re
 within TOL[dtype] and within 4x PyTorch's own error plus that tolerance's tenth, or the script stops before timing.
 
 Timing: for every shape, ROUNDS rounds; in each, Cleave (a fresh attention_shapes_bench process, median of REPS
-forward + backward calls after one warm-up) then PyTorch (in this process, torch.set_num_threads(THREADS), same
+forward + backward calls after one warm-up; with --bench-before, the same for a second build, the code before a
+change) then PyTorch (in this process, torch.set_num_threads(THREADS), same
 median). Inputs for PyTorch are contiguous [B, H, T, hd] (its preferred layout) with requires_grad; GQA shapes use
 enable_gqa=True. The table gives the medians over rounds and Cleave / PyTorch time (below 1: Cleave faster).
 With --lock FILE each round holds an exclusive flock on FILE (no build runs beside it).
@@ -116,6 +117,7 @@ def time_cleave(bench, shape, dtype, reps, threads):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", required=True, help="build/bin/attention_shapes_bench")
+    ap.add_argument("--bench-before", default="", help="a second attention_shapes_bench (the code before a change)")
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="space-separated B,Hq,Hkv,T (head dim 64)")
     ap.add_argument("--dtypes", default="f32,bf16")
     ap.add_argument("--check-shape", default="2,8,2,1000")
@@ -137,14 +139,18 @@ def main():
         with held(a.lock):
             for shape in shapes:
                 for d in dtypes:
-                    c, p = time_cleave(a.bench, shape, d, a.reps, a.threads), time_torch(shape, d, a.reps)
-                    results.setdefault((shape, d), []).append((c, p))
-                    print(f"round {rnd + 1} {d} {shape}: cleave {c:.1f} ms torch {p:.1f} ms", flush=True)
-    print("\n| B, Hq/Hkv, T | dtype | Cleave ms | PyTorch ms | Cleave / PyTorch |")
-    print("| --- | --- | ---: | ---: | ---: |")
+                    c = time_cleave(a.bench, shape, d, a.reps, a.threads)
+                    c0 = time_cleave(a.bench_before, shape, d, a.reps, a.threads) if a.bench_before else float("nan")
+                    p = time_torch(shape, d, a.reps)
+                    results.setdefault((shape, d), []).append((c, p, c0))
+                    print(f"round {rnd + 1} {d} {shape}: cleave {c:.1f} ms before {c0:.1f} ms torch {p:.1f} ms",
+                          flush=True)
+    print("\n| B, Hq/Hkv, T | dtype | Cleave ms | Cleave before ms | PyTorch ms | Cleave / PyTorch | before / PyTorch |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for (shape, d), runs in results.items():
-        c, p = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
-        print(f"| {shape[0]}, {shape[1]}/{shape[2]}, {shape[3]} | {d} | {c:.1f} | {p:.1f} | {c / p:.2f} |")
+        c, p, c0 = (statistics.median(r[i] for r in runs) for i in range(3))
+        print(f"| {shape[0]}, {shape[1]}/{shape[2]}, {shape[3]} | {d} | {c:.1f} | {c0:.1f} | {p:.1f} | {c / p:.2f} | "
+              f"{c0 / p:.2f} |")
 
 
 if __name__ == "__main__":

@@ -61,12 +61,13 @@ void query_range(const FlashAttentionShape& s, int64_t kb, int64_t ke, int64_t& 
 int64_t block_q(const FlashAttentionShape& s) { return std::max<int64_t>(1, std::min(kFlashBlockQ, s.q_len)); }
 int64_t block_k(const FlashAttentionShape& s) { return std::max<int64_t>(1, std::min(kFlashBlockK, s.kv_len)); }
 
-// Forward: S [bq, bk], acc [bq, hd], m and l [bq]; backward: P and dS [bq, bk], D [bq], dK and dV [bk, hd].
+// Forward: S [bq, bk], acc [bq, hd], m and l [bq], K^T [hd, bk]; backward: P and dS [bq, bk], D [bq], dK and dV
+// [bk, hd], K^T and V^T [hd, bk].
 // bf16 operands add the widened blocks: forward Q [bq, hd], K and V [bk, hd]; backward Q, dO and O [bq, hd], K and
 // V [bk, hd], the group's dQ in f32 [group, q_len, hd] and one row [hd].
 int64_t per_thread_floats(const FlashAttentionShape& s, bool bf16) {
   const int64_t bq = block_q(s), bk = block_k(s), hd = s.head_dim, group = s.q_heads / s.kv_heads;
-  const int64_t forward = bq * bk + bq * hd + 2 * bq, backward = 2 * bq * bk + bq + 2 * bk * hd;
+  const int64_t forward = bq * bk + bq * hd + 2 * bq + hd * bk, backward = 2 * bq * bk + bq + 4 * bk * hd;
   if (!bf16) return std::max(forward, backward);
   return std::max(forward + bq * hd + 2 * bk * hd,
                   backward + 3 * bq * hd + 2 * bk * hd + group * s.q_len * hd + hd);
@@ -98,12 +99,29 @@ Block load_block(const std::uint16_t* src, int64_t ld, int64_t rows, int64_t hd,
 void store_row(const float* f, float* dst, int64_t hd) { std::memcpy(dst, f, hd * sizeof(float)); }
 void store_row(const float* f, std::uint16_t* dst, int64_t hd) { cast_f32_to_bf16_serial(f, dst, hd); }
 
+// t [cols, ldt] = a^T for a [rows, lda], in 8 x 8 tiles. The kernel multiplies by K^T and V^T through these
+// copies: row-major Q K^T is a transposed-A product to OpenBLAS (column-major), which sends it to its packing
+// GEMM rather than its small-matrix kernels at these sizes (RESULTS-2026-11-30-attention-vs-torch.md).
+void transpose_block(const float* a, int64_t lda, int64_t rows, int64_t cols, float* t, int64_t ldt) {
+  constexpr int64_t kTile = 8;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    const int64_t r1 = std::min(rows, r0 + kTile);
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t c1 = std::min(cols, c0 + kTile);
+      for (int64_t c = c0; c < c1; ++c) {
+        for (int64_t r = r0; r < r1; ++r) t[c * ldt + r] = a[r * lda + c];
+      }
+    }
+  }
+}
+
 // The forward's per-thread scratch, laid out as per_thread_floats counts it; the widened blocks are null for f32.
 struct ForwardScratch {
   float* S;      // [bq, bk] scores, then probabilities
   float* acc;    // [bq, hd] unnormalised output rows
   float* m;      // [bq] row maxima
   float* l;      // [bq] row sums
+  float* kT;     // [hd, bk] the key block transposed
   float* q_buf;  // bf16 only: widened Q [bq, hd], K and V [bk, hd]
   float* k_buf;
   float* v_buf;
@@ -114,7 +132,8 @@ ForwardScratch forward_scratch(float* base, int64_t bq, int64_t bk, int64_t hd, 
   w.acc = w.S + bq * bk;
   w.m = w.acc + bq * hd;
   w.l = w.m + bq;
-  w.q_buf = widen ? w.l + bq : nullptr;
+  w.kT = w.l + bq;
+  w.q_buf = widen ? w.kT + hd * bk : nullptr;
   w.k_buf = widen ? w.q_buf + bq * hd : nullptr;
   w.v_buf = widen ? w.k_buf + bk * hd : nullptr;
   return w;
@@ -158,7 +177,8 @@ void forward_task(const T* q, const T* k, const T* v, T* out, float* lse, const 
   for (int64_t kb = j_begin; kb < j_end; kb += bk) {
     const int64_t cols = std::min(bk, j_end - kb);
     const Block kt = load_block(kg + kb * s.ld_k, s.ld_k, cols, hd, w.k_buf);
-    single_gemm(false, true, rows, cols, hd, s.scale, qh.p, qh.ld, kt.p, kt.ld, 0.0f, w.S, bk);
+    transpose_block(kt.p, kt.ld, cols, hd, w.kT, bk);
+    single_gemm(false, false, rows, cols, hd, s.scale, qh.p, qh.ld, w.kT, bk, 0.0f, w.S, bk);
     flash_rows::softmax_update(isa, s, {p_first, rows, kb, cols, bk}, w.S, w.m, w.l, w.acc, hd);
     const Block vt = load_block(vg + kb * s.ld_v, s.ld_v, cols, hd, w.v_buf);
     single_gemm(false, false, rows, hd, cols, 1.0f, w.S, bk, vt.p, vt.ld, 1.0f, w.acc, hd);
@@ -191,11 +211,13 @@ void forward(const T* q, const T* k, const T* v, T* out, float* lse, const Flash
 
 // The backward's per-thread scratch, laid out as per_thread_floats counts it; the widened blocks are null for f32.
 struct BackwardScratch {
-  float* P;       // [bq, bk] recomputed probabilities, then dS^T [bk, bq]
-  float* dP;      // [bq, bk] P^T [bk, bq], then dP, then dS in place
+  float* P;       // [bq, bk] recomputed probabilities
+  float* dP;      // [bq, bk] dP, then dS in place
   float* D;       // [bq] rowsum(dO * O)
   float* dk_acc;  // [bk, hd] the key block's dK, summed over the group's heads
   float* dv_acc;  // [bk, hd] the key block's dV
+  float* kT;      // [hd, bk] the key block transposed
+  float* vT;      // [hd, bk] the value block transposed
   float* q_buf;   // bf16 only: widened Q, dO and O [bq, hd], K and V [bk, hd]
   float* do_buf;
   float* o_buf;
@@ -212,7 +234,9 @@ BackwardScratch backward_scratch(float* base, const FlashAttentionShape& s, bool
   w.D = w.dP + bq * bk;
   w.dk_acc = w.D + bq;
   w.dv_acc = w.dk_acc + bk * hd;
-  w.q_buf = widen ? w.dv_acc + bk * hd : nullptr;
+  w.kT = w.dv_acc + bk * hd;
+  w.vT = w.kT + hd * bk;
+  w.q_buf = widen ? w.vT + hd * bk : nullptr;
   w.do_buf = widen ? w.q_buf + bq * hd : nullptr;
   w.o_buf = widen ? w.do_buf + bq * hd : nullptr;
   w.k_buf = widen ? w.o_buf + bq * hd : nullptr;
@@ -257,20 +281,6 @@ void finish_group_dq(std::uint16_t* dq, const FlashAttentionShape& s, int64_t b,
 }
 void finish_group_dq(float*, const FlashAttentionShape&, int64_t, int64_t, const BackwardScratch&) {}
 
-// t [cols, ldt] = a^T for a [rows, lda], in 8 x 8 tiles (the block's rows stay in cache either way).
-void transpose_block(const float* a, int64_t lda, int64_t rows, int64_t cols, float* t, int64_t ldt) {
-  constexpr int64_t kTile = 8;
-  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
-    const int64_t r1 = std::min(rows, r0 + kTile);
-    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-      const int64_t c1 = std::min(cols, c0 + kTile);
-      for (int64_t c = c0; c < c1; ++c) {
-        for (int64_t r = r0; r < r1; ++r) t[c * ldt + r] = a[r * lda + c];
-      }
-    }
-  }
-}
-
 // One key block [kb, kb + cols) of kv group g as the query heads see it: its K and V blocks (f32) and the query
 // rows [i_begin, i_end) that see at least one of its keys.
 struct KeyBlock {
@@ -306,18 +316,13 @@ void backward_head_on_key_block(const T* q, const T* out, const float* lse, cons
     const Block oi = load_block(oh + i0 * s.ld_o, s.ld_o, rows, hd, w.o_buf);
     // D = rowsum(dO * O), recomputed per block (rows x hd, against the block's 5 rows x cols x hd GEMMs).
     flash_rows::output_dots(isa, oi.p, oi.ld, doi.p, doi.ld, rows, hd, w.D);
-    single_gemm(false, true, rows, cols, hd, s.scale, qi.p, qi.ld, kblk.kt.p, kblk.kt.ld, 0.0f, w.P, bk);
+    single_gemm(false, false, rows, cols, hd, s.scale, qi.p, qi.ld, w.kT, bk, 0.0f, w.P, bk);
     flash_rows::probabilities(isa, s, {s.q_offset + i0, rows, kblk.kb, cols, bk}, lse_h + i0, w.P);
-    // dV += P^T dO and dK += dS^T Q run on explicit transposes (dP's buffer holds P^T until dP is written, P's
-    // holds dS^T once P is spent): OpenBLAS sends a transposed A of this size to its packing GEMM, about twice as
-    // slow here as the small-matrix kernels the other products get (RESULTS-2026-11-30-attention-vs-torch.md).
-    transpose_block(w.P, bk, rows, cols, w.dP, bq);
-    single_gemm(false, false, cols, hd, rows, 1.0f, w.dP, bq, doi.p, doi.ld, 1.0f, w.dv_acc, hd);
-    single_gemm(false, true, rows, cols, hd, 1.0f, doi.p, doi.ld, kblk.vt.p, kblk.vt.ld, 0.0f, w.dP, bk);
+    single_gemm(true, false, cols, hd, rows, 1.0f, w.P, bk, doi.p, doi.ld, 1.0f, w.dv_acc, hd);
+    single_gemm(false, false, rows, cols, hd, 1.0f, doi.p, doi.ld, w.vT, bk, 0.0f, w.dP, bk);
     flash_rows::scores_grad(isa, w.P, w.D, rows, cols, bk, s.scale, w.dP);
     single_gemm(false, false, rows, hd, cols, 1.0f, w.dP, bk, kblk.kt.p, kblk.kt.ld, 1.0f, dqh + i0 * ld_dq, ld_dq);
-    transpose_block(w.dP, bk, rows, cols, w.P, bq);
-    single_gemm(false, false, cols, hd, rows, 1.0f, w.P, bq, qi.p, qi.ld, 1.0f, w.dk_acc, hd);
+    single_gemm(true, false, cols, hd, rows, 1.0f, w.dP, bk, qi.p, qi.ld, 1.0f, w.dk_acc, hd);
   }
 }
 
@@ -373,6 +378,8 @@ void backward_task(const T* q, const T* k, const T* v, const T* out, const float
     if (kblk.i_begin < kblk.i_end) {
       kblk.kt = load_block(kg + kb * s.ld_k, s.ld_k, kblk.cols, hd, w.k_buf);
       kblk.vt = load_block(vg + kb * s.ld_v, s.ld_v, kblk.cols, hd, w.v_buf);
+      transpose_block(kblk.kt.p, kblk.kt.ld, kblk.cols, hd, w.kT, bk);
+      transpose_block(kblk.vt.p, kblk.vt.ld, kblk.cols, hd, w.vT, bk);
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
         backward_head_on_key_block(q, out, lse, dout, dq, s, b, g, h, kblk, isa, w);
       }

@@ -37,8 +37,8 @@ CpuKernels unresolved_cpu_kernels(const config::RunConfig& config) {
 }
 
 // The per-thread floats of kernels/cpu/flash_attention.cpp (per_thread_floats, its block sizes kFlashBlockQ 64 and
-// kFlashBlockK 128): the forward's score block, accumulator and row statistics, the backward's two score blocks and
-// key-block gradients; bf16 adds the widened q, k, v blocks and the backward's f32 dQ of a kv head's query heads.
+// kFlashBlockK 128): the forward's score block, accumulator, row statistics and transposed key block, the backward's
+// two score blocks, key-block gradients and transposed key and value blocks; bf16 adds the widened q, k, v blocks and the backward's f32 dQ of a kv head's query heads.
 // Kept equal to the kernel's by MemoryPlanCpu.AttentionScratchIsTheKernels (tests/unit/run_plan).
 std::int64_t cpu_attention_scratch_bytes(const partition::BlockSpec& block, int threads, bool bf16) {
   if (block.n_heads <= 0 || threads <= 0) return 0;
@@ -47,7 +47,7 @@ std::int64_t cpu_attention_scratch_bytes(const partition::BlockSpec& block, int 
   const std::int64_t group = block.n_heads / kv_heads;  // the same at every tp (both are split by it)
   const std::int64_t bq = std::max<std::int64_t>(1, std::min<std::int64_t>(64, t));
   const std::int64_t bk = std::max<std::int64_t>(1, std::min<std::int64_t>(128, t));
-  const std::int64_t forward = bq * bk + bq * hd + 2 * bq, backward = 2 * bq * bk + bq + 2 * bk * hd;
+  const std::int64_t forward = bq * bk + bq * hd + 2 * bq + hd * bk, backward = 2 * bq * bk + bq + 4 * bk * hd;
   const std::int64_t floats = bf16 ? std::max(forward + bq * hd + 2 * bk * hd,
                                               backward + 3 * bq * hd + 2 * bk * hd + group * t * hd + hd)
                                    : std::max(forward, backward);

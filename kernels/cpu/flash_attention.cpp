@@ -26,9 +26,10 @@
 
 #include "engine/core/error.hpp"
 #include "kernels/cpu/cast.hpp"
+#include "kernels/cpu/flash_attention_rows.hpp"
 #include "kernels/cpu/gemm_kernels.hpp"
 #include "kernels/cpu/parallel.hpp"
-#include "kernels/cpu/vec_math.hpp"
+#include "kernels/cpu/vector_isa.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -47,13 +48,8 @@ void check_shape(const char* op, const FlashAttentionShape& s) {
   CLEAVE_ASSERT(s.causal || s.window <= 0, "{}: a sliding window ({}) needs causal attention", op, s.window);
 }
 
-// Keys visible to query position pi: [key_lo, key_hi) (local key indices).
-int64_t key_hi(const FlashAttentionShape& s, int64_t pi) {
-  return s.causal ? std::clamp<int64_t>(pi - s.k_offset + 1, 0, s.kv_len) : s.kv_len;
-}
-int64_t key_lo(const FlashAttentionShape& s, int64_t pi) {
-  return s.window > 0 ? std::clamp<int64_t>(pi - s.window + 1 - s.k_offset, 0, s.kv_len) : 0;
-}
+using flash_rows::key_hi;
+using flash_rows::key_lo;
 
 // Query rows [lo, hi) that see at least one key of [kb, ke).
 void query_range(const FlashAttentionShape& s, int64_t kb, int64_t ke, int64_t& lo, int64_t& hi) {
@@ -65,12 +61,13 @@ void query_range(const FlashAttentionShape& s, int64_t kb, int64_t ke, int64_t& 
 int64_t block_q(const FlashAttentionShape& s) { return std::max<int64_t>(1, std::min(kFlashBlockQ, s.q_len)); }
 int64_t block_k(const FlashAttentionShape& s) { return std::max<int64_t>(1, std::min(kFlashBlockK, s.kv_len)); }
 
-// Forward: S [bq, bk], acc [bq, hd], m and l [bq]; backward: P and dS [bq, bk], D [bq], dK and dV [bk, hd].
+// Forward: S [bq, bk], acc [bq, hd], m and l [bq], K^T [hd, bk]; backward: P and dS [bq, bk], D [bq], dK and dV
+// [bk, hd], K^T and V^T [hd, bk].
 // bf16 operands add the widened blocks: forward Q [bq, hd], K and V [bk, hd]; backward Q, dO and O [bq, hd], K and
 // V [bk, hd], the group's dQ in f32 [group, q_len, hd] and one row [hd].
 int64_t per_thread_floats(const FlashAttentionShape& s, bool bf16) {
   const int64_t bq = block_q(s), bk = block_k(s), hd = s.head_dim, group = s.q_heads / s.kv_heads;
-  const int64_t forward = bq * bk + bq * hd + 2 * bq, backward = 2 * bq * bk + bq + 2 * bk * hd;
+  const int64_t forward = bq * bk + bq * hd + 2 * bq + hd * bk, backward = 2 * bq * bk + bq + 4 * bk * hd;
   if (!bf16) return std::max(forward, backward);
   return std::max(forward + bq * hd + 2 * bk * hd,
                   backward + 3 * bq * hd + 2 * bk * hd + group * s.q_len * hd + hd);
@@ -102,12 +99,29 @@ Block load_block(const std::uint16_t* src, int64_t ld, int64_t rows, int64_t hd,
 void store_row(const float* f, float* dst, int64_t hd) { std::memcpy(dst, f, hd * sizeof(float)); }
 void store_row(const float* f, std::uint16_t* dst, int64_t hd) { cast_f32_to_bf16_serial(f, dst, hd); }
 
+// t [cols, ldt] = a^T for a [rows, lda], in 8 x 8 tiles. The kernel multiplies by K^T and V^T through these
+// copies: row-major Q K^T is a transposed-A product to OpenBLAS (column-major), which sends it to its packing
+// GEMM rather than its small-matrix kernels at these sizes (RESULTS-2026-11-30-attention-vs-torch.md).
+void transpose_block(const float* a, int64_t lda, int64_t rows, int64_t cols, float* t, int64_t ldt) {
+  constexpr int64_t kTile = 8;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    const int64_t r1 = std::min(rows, r0 + kTile);
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t c1 = std::min(cols, c0 + kTile);
+      for (int64_t c = c0; c < c1; ++c) {
+        for (int64_t r = r0; r < r1; ++r) t[c * ldt + r] = a[r * lda + c];
+      }
+    }
+  }
+}
+
 // The forward's per-thread scratch, laid out as per_thread_floats counts it; the widened blocks are null for f32.
 struct ForwardScratch {
   float* S;      // [bq, bk] scores, then probabilities
   float* acc;    // [bq, hd] unnormalised output rows
   float* m;      // [bq] row maxima
   float* l;      // [bq] row sums
+  float* kT;     // [hd, bk] the key block transposed
   float* q_buf;  // bf16 only: widened Q [bq, hd], K and V [bk, hd]
   float* k_buf;
   float* v_buf;
@@ -118,39 +132,11 @@ ForwardScratch forward_scratch(float* base, int64_t bq, int64_t bk, int64_t hd, 
   w.acc = w.S + bq * bk;
   w.m = w.acc + bq * hd;
   w.l = w.m + bq;
-  w.q_buf = widen ? w.l + bq : nullptr;
+  w.kT = w.l + bq;
+  w.q_buf = widen ? w.kT + hd * bk : nullptr;
   w.k_buf = widen ? w.q_buf + bq * hd : nullptr;
   w.v_buf = widen ? w.k_buf + bk * hd : nullptr;
   return w;
-}
-
-// The online-softmax update of one key block [kb, kb + cols) for query rows p_first..p_first + rows - 1: S's
-// visible entries become exp(S - m_new), the rest exact zeros; l and m move to the new maxima, acc is rescaled.
-void online_softmax_block(const FlashAttentionShape& s, int64_t p_first, int64_t rows, int64_t kb, int64_t cols,
-                          int64_t bk, const ForwardScratch& w) {
-  const int64_t hd = s.head_dim;
-  for (int64_t r = 0; r < rows; ++r) {
-    float* srow = w.S + r * bk;
-    const int64_t pi = p_first + r;
-    const int64_t a = std::clamp<int64_t>(key_lo(s, pi) - kb, 0, cols);
-    const int64_t e = std::clamp<int64_t>(key_hi(s, pi) - kb, 0, cols);
-    if (a >= e) {
-      std::fill(srow, srow + cols, 0.0f);
-      continue;
-    }
-    const float m_new = std::max(w.m[r], detail::max_of(srow + a, e - a));
-    const float alpha = w.m[r] == kNegInf ? 0.0f : detail::exp_scalar(w.m[r] - m_new);
-    const float sum = detail::exp_store_sum(srow + a, m_new, srow + a, e - a);
-    std::fill(srow, srow + a, 0.0f);
-    std::fill(srow + e, srow + cols, 0.0f);
-    w.l[r] = w.l[r] * alpha + sum;
-    w.m[r] = m_new;
-    if (alpha != 1.0f) {
-      float* arow = w.acc + r * hd;
-#pragma omp simd
-      for (int64_t d = 0; d < hd; ++d) arow[d] *= alpha;
-    }
-  }
 }
 
 // Rows with a visible key: out = acc / l and lse = m + log l; rows with none: out 0 and lse -inf.
@@ -176,7 +162,7 @@ void store_forward_rows(const FlashAttentionShape& s, const ForwardScratch& w, i
 // One forward task: query block qb of head h in batch b, over every key block its rows see.
 template <class T>
 void forward_task(const T* q, const T* k, const T* v, T* out, float* lse, const FlashAttentionShape& s, int64_t b,
-                  int64_t h, int64_t qb, const ForwardScratch& w) {
+                  int64_t h, int64_t qb, VectorIsa isa, const ForwardScratch& w) {
   const int64_t hd = s.head_dim, group = s.q_heads / s.kv_heads, g = h / group;
   const int64_t bq = block_q(s), bk = block_k(s);
   const int64_t i0 = qb * bq, rows = std::min(bq, s.q_len - i0);
@@ -191,8 +177,9 @@ void forward_task(const T* q, const T* k, const T* v, T* out, float* lse, const 
   for (int64_t kb = j_begin; kb < j_end; kb += bk) {
     const int64_t cols = std::min(bk, j_end - kb);
     const Block kt = load_block(kg + kb * s.ld_k, s.ld_k, cols, hd, w.k_buf);
-    single_gemm(false, true, rows, cols, hd, s.scale, qh.p, qh.ld, kt.p, kt.ld, 0.0f, w.S, bk);
-    online_softmax_block(s, p_first, rows, kb, cols, bk, w);
+    transpose_block(kt.p, kt.ld, cols, hd, w.kT, bk);
+    single_gemm(false, false, rows, cols, hd, s.scale, qh.p, qh.ld, w.kT, bk, 0.0f, w.S, bk);
+    flash_rows::softmax_update(isa, s, {p_first, rows, kb, cols, bk}, w.S, w.m, w.l, w.acc, hd);
     const Block vt = load_block(vg + kb * s.ld_v, s.ld_v, cols, hd, w.v_buf);
     single_gemm(false, false, rows, hd, cols, 1.0f, w.S, bk, vt.p, vt.ld, 1.0f, w.acc, hd);
   }
@@ -210,13 +197,14 @@ void forward(const T* q, const T* k, const T* v, T* out, float* lse, const Flash
   const int64_t tasks = s.batch * s.q_heads * q_blocks;
   const int64_t scratch = per_thread_floats(s, kWiden);
   const bool parallel = tasks > 1 && detail::worth_parallel(s.q_len * s.kv_len * hd * s.batch * s.q_heads / 2);
+  const VectorIsa isa = best_vector_isa();
 #pragma omp parallel num_threads(std::max(threads, 1)) if (parallel)
   {
     const ForwardScratch w = forward_scratch(workspace + omp_get_thread_num() * scratch, bq, bk, hd, kWiden);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t qb = task % q_blocks, h = (task / q_blocks) % s.q_heads, b = task / (q_blocks * s.q_heads);
-      forward_task(q, k, v, out, lse, s, b, h, qb, w);
+      forward_task(q, k, v, out, lse, s, b, h, qb, isa, w);
     }
   }
 }
@@ -228,6 +216,8 @@ struct BackwardScratch {
   float* D;       // [bq] rowsum(dO * O)
   float* dk_acc;  // [bk, hd] the key block's dK, summed over the group's heads
   float* dv_acc;  // [bk, hd] the key block's dV
+  float* kT;      // [hd, bk] the key block transposed
+  float* vT;      // [hd, bk] the value block transposed
   float* q_buf;   // bf16 only: widened Q, dO and O [bq, hd], K and V [bk, hd]
   float* do_buf;
   float* o_buf;
@@ -244,7 +234,9 @@ BackwardScratch backward_scratch(float* base, const FlashAttentionShape& s, bool
   w.D = w.dP + bq * bk;
   w.dk_acc = w.D + bq;
   w.dv_acc = w.dk_acc + bk * hd;
-  w.q_buf = widen ? w.dv_acc + bk * hd : nullptr;
+  w.kT = w.dv_acc + bk * hd;
+  w.vT = w.kT + hd * bk;
+  w.q_buf = widen ? w.vT + hd * bk : nullptr;
   w.do_buf = widen ? w.q_buf + bq * hd : nullptr;
   w.o_buf = widen ? w.do_buf + bq * hd : nullptr;
   w.k_buf = widen ? w.o_buf + bq * hd : nullptr;
@@ -289,49 +281,6 @@ void finish_group_dq(std::uint16_t* dq, const FlashAttentionShape& s, int64_t b,
 }
 void finish_group_dq(float*, const FlashAttentionShape&, int64_t, int64_t, const BackwardScratch&) {}
 
-// D = rowsum(dO * O), recomputed per block (rows x hd, against the block's 5 rows x cols x hd GEMMs).
-void output_dots(const Block& oi, const Block& doi, int64_t rows, int64_t hd, float* D) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* o = oi.p + r * oi.ld;
-    const float* d_o = doi.p + r * doi.ld;
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int64_t d = 0; d < hd; ++d) dot += o[d] * d_o[d];
-    D[r] = dot;
-  }
-}
-
-// P = exp(S - lse) in place over S for the visible keys of rows i0.. of key block [kb, kb + cols); exact zeros for
-// the masked ones and for rows that see no key at all (lse -inf).
-void recompute_probabilities(const FlashAttentionShape& s, const float* lse_h, int64_t i0, int64_t rows, int64_t kb,
-                             int64_t cols, int64_t bk, float* P) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* prow = P + r * bk;
-    const int64_t pi = s.q_offset + i0 + r;
-    const float L = lse_h[i0 + r];
-    const int64_t a = std::clamp<int64_t>(key_lo(s, pi) - kb, 0, cols);
-    const int64_t e = std::clamp<int64_t>(key_hi(s, pi) - kb, 0, cols);
-    if (a >= e || L == kNegInf) {
-      std::fill(prow, prow + cols, 0.0f);
-      continue;
-    }
-    detail::exp_store_sum(prow + a, L, prow + a, e - a);
-    std::fill(prow, prow + a, 0.0f);
-    std::fill(prow + e, prow + cols, 0.0f);
-  }
-}
-
-// dS = P (dP - D) scale, in place over dP.
-void scores_grad(const float* P, const float* D, int64_t rows, int64_t cols, int64_t bk, float scale, float* dP) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* prow = P + r * bk;
-    float* dsrow = dP + r * bk;
-    const float Di = D[r];
-#pragma omp simd
-    for (int64_t j = 0; j < cols; ++j) dsrow[j] = prow[j] * (dsrow[j] - Di) * scale;
-  }
-}
-
 // One key block [kb, kb + cols) of kv group g as the query heads see it: its K and V blocks (f32) and the query
 // rows [i_begin, i_end) that see at least one of its keys.
 struct KeyBlock {
@@ -344,7 +293,7 @@ struct KeyBlock {
 template <class T>
 void backward_head_on_key_block(const T* q, const T* out, const float* lse, const T* dout, T* dq,
                                 const FlashAttentionShape& s, int64_t b, int64_t g, int64_t h, const KeyBlock& kblk,
-                                const BackwardScratch& w) {
+                                VectorIsa isa, const BackwardScratch& w) {
   const int64_t hd = s.head_dim, group = s.q_heads / s.kv_heads;
   const int64_t bq = block_q(s), bk = block_k(s), cols = kblk.cols;
   const T* qh = q + b * s.q_len * s.ld_q + h * hd;
@@ -365,12 +314,13 @@ void backward_head_on_key_block(const T* q, const T* out, const float* lse, cons
     const Block qi = load_block(qh + i0 * s.ld_q, s.ld_q, rows, hd, w.q_buf);
     const Block doi = load_block(doh + i0 * s.ld_o, s.ld_o, rows, hd, w.do_buf);
     const Block oi = load_block(oh + i0 * s.ld_o, s.ld_o, rows, hd, w.o_buf);
-    output_dots(oi, doi, rows, hd, w.D);
-    single_gemm(false, true, rows, cols, hd, s.scale, qi.p, qi.ld, kblk.kt.p, kblk.kt.ld, 0.0f, w.P, bk);
-    recompute_probabilities(s, lse_h, i0, rows, kblk.kb, cols, bk, w.P);
+    // D = rowsum(dO * O), recomputed per block (rows x hd, against the block's 5 rows x cols x hd GEMMs).
+    flash_rows::output_dots(isa, oi.p, oi.ld, doi.p, doi.ld, rows, hd, w.D);
+    single_gemm(false, false, rows, cols, hd, s.scale, qi.p, qi.ld, w.kT, bk, 0.0f, w.P, bk);
+    flash_rows::probabilities(isa, s, {s.q_offset + i0, rows, kblk.kb, cols, bk}, lse_h + i0, w.P);
     single_gemm(true, false, cols, hd, rows, 1.0f, w.P, bk, doi.p, doi.ld, 1.0f, w.dv_acc, hd);
-    single_gemm(false, true, rows, cols, hd, 1.0f, doi.p, doi.ld, kblk.vt.p, kblk.vt.ld, 0.0f, w.dP, bk);
-    scores_grad(w.P, w.D, rows, cols, bk, s.scale, w.dP);
+    single_gemm(false, false, rows, cols, hd, 1.0f, doi.p, doi.ld, w.vT, bk, 0.0f, w.dP, bk);
+    flash_rows::scores_grad(isa, w.P, w.D, rows, cols, bk, s.scale, w.dP);
     single_gemm(false, false, rows, hd, cols, 1.0f, w.dP, bk, kblk.kt.p, kblk.kt.ld, 1.0f, dqh + i0 * ld_dq, ld_dq);
     single_gemm(true, false, cols, hd, rows, 1.0f, w.dP, bk, qi.p, qi.ld, 1.0f, w.dk_acc, hd);
   }
@@ -415,7 +365,7 @@ void store_key_block_grads(T* dk, T* dv, const FlashAttentionShape& s, int64_t b
 template <class T>
 void backward_task(const T* q, const T* k, const T* v, const T* out, const float* lse, const T* dout, T* dq, T* dk,
                    T* dv, const FlashAttentionShape& s, bool accumulate, int64_t b, int64_t g,
-                   const BackwardScratch& w) {
+                   VectorIsa isa, const BackwardScratch& w) {
   const int64_t hd = s.head_dim, group = s.q_heads / s.kv_heads, bk = block_k(s);
   const T* kg = k + b * s.kv_len * s.ld_k + g * hd;
   const T* vg = v + b * s.kv_len * s.ld_v + g * hd;
@@ -428,8 +378,10 @@ void backward_task(const T* q, const T* k, const T* v, const T* out, const float
     if (kblk.i_begin < kblk.i_end) {
       kblk.kt = load_block(kg + kb * s.ld_k, s.ld_k, kblk.cols, hd, w.k_buf);
       kblk.vt = load_block(vg + kb * s.ld_v, s.ld_v, kblk.cols, hd, w.v_buf);
+      transpose_block(kblk.kt.p, kblk.kt.ld, kblk.cols, hd, w.kT, bk);
+      transpose_block(kblk.vt.p, kblk.vt.ld, kblk.cols, hd, w.vT, bk);
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        backward_head_on_key_block(q, out, lse, dout, dq, s, b, g, h, kblk, w);
+        backward_head_on_key_block(q, out, lse, dout, dq, s, b, g, h, kblk, isa, w);
       }
     }
     store_key_block_grads(dk, dv, s, b, g, kb, kblk.cols, accumulate, w);
@@ -446,12 +398,14 @@ void backward(const T* q, const T* k, const T* v, const T* out, const float* lse
   const int64_t scratch = per_thread_floats(s, kWiden);
   const bool parallel =
       tasks > 1 && detail::worth_parallel(s.q_len * s.kv_len * s.head_dim * s.batch * s.q_heads / 2);
+  const VectorIsa isa = best_vector_isa();
 #pragma omp parallel num_threads(std::max(threads, 1)) if (parallel)
   {
     const BackwardScratch w = backward_scratch(workspace + omp_get_thread_num() * scratch, s, kWiden);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
-      backward_task(q, k, v, out, lse, dout, dq, dk, dv, s, accumulate, task / s.kv_heads, task % s.kv_heads, w);
+      backward_task(q, k, v, out, lse, dout, dq, dk, dv, s, accumulate, task / s.kv_heads, task % s.kv_heads, isa,
+                    w);
     }
   }
 }

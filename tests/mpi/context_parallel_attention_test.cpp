@@ -95,7 +95,10 @@ void check_exchange(CpExchange exchange, std::int64_t heads, bool recompute, std
                                               kHeadDim, window, recompute, stash, name);
   EXPECT_TRUE(stash.tensors.empty()) << "backward must release the stash";
 
-  const double bound = exchange == CpExchange::kAllToAll ? 0.0 : 1e-6;
+  // The ring sums each row's keys in chunks, merged by their log-sum-exp: f32 rounding only, about 16 ulps of the
+  // largest value at most (measured: 1.4e-6 at cp 4, heads 6/2, with the 16-lane sums of kernels/cpu/
+  // flash_attention_rows.hpp; 1.0e-6 before them).
+  const double bound = exchange == CpExchange::kAllToAll ? 0.0 : 2e-6;
   EXPECT_LE(scaled_error(out, local_tokens(want_out, ctx.cp), "out"), bound);
   EXPECT_LE(scaled_error(dqkv, local_tokens(want_dqkv, ctx.cp), "dqkv"), bound);
 }

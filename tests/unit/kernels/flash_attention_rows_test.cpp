@@ -1,0 +1,120 @@
+// The flash kernel's element-wise block work (kernels/cpu/flash_attention_rows.hpp): every instruction-set path
+// gives the baseline's bits, on blocks whose masks cut rows at every offset (vector tails on each path), and the
+// baseline matches a double-precision softmax update and dot product.
+#include "kernels/cpu/flash_attention_rows.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernel_test_util.hpp"
+
+namespace cleave::kernels::cpu {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// A causal block with a window whose rows see from 0 up to every column count, and start past the first keys.
+FlashAttentionShape masked_shape(int64_t len) {
+  FlashAttentionShape s;
+  s.batch = 1;
+  s.q_len = s.kv_len = len;
+  s.q_heads = s.kv_heads = 1;
+  s.head_dim = 24;
+  s.window = 40;
+  return s;
+}
+
+struct RowOutputs {
+  std::vector<float> S, m, l, acc, P, dS, D;
+};
+
+// Every op on the same inputs through isa: blk covers rows 0..rows-1 against keys [kb, kb + cols).
+RowOutputs run_ops(VectorIsa isa, const FlashAttentionShape& s, const flash_rows::BlockRows& blk, uint64_t seed) {
+  const int64_t n = blk.rows * blk.ld, hd = s.head_dim;
+  RowOutputs o;
+  o.S = test::random_floats(static_cast<size_t>(n), seed, 4.0f);
+  o.m = test::random_floats(static_cast<size_t>(blk.rows), seed + 1);
+  o.m[0] = kNegInf;  // a row seen for the first time
+  o.l = test::random_floats(o.m.size(), seed + 2);
+  o.acc = test::random_floats(static_cast<size_t>(blk.rows * hd), seed + 3);
+  flash_rows::softmax_update(isa, s, blk, o.S.data(), o.m.data(), o.l.data(), o.acc.data(), hd);
+  auto lse = test::random_floats(o.m.size(), seed + 4);
+  lse[1] = kNegInf;  // a row that sees no key
+  o.P = test::random_floats(static_cast<size_t>(n), seed + 5, 4.0f);
+  flash_rows::probabilities(isa, s, blk, lse.data(), o.P.data());
+  o.dS = test::random_floats(static_cast<size_t>(n), seed + 6);
+  const auto D = test::random_floats(o.m.size(), seed + 7);
+  flash_rows::scores_grad(isa, o.P.data(), D.data(), blk.rows, blk.cols, blk.ld, 0.125f, o.dS.data());
+  const auto x = test::random_floats(static_cast<size_t>(blk.rows * hd), seed + 8);
+  const auto y = test::random_floats(x.size(), seed + 9);
+  o.D.assign(o.m.size(), 0.0f);
+  flash_rows::output_dots(isa, x.data(), hd, y.data(), hd, blk.rows, hd, o.D.data());
+  return o;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(FlashAttentionRows, EveryIsaPathGivesTheSameBits) {
+  const FlashAttentionShape s = masked_shape(200);
+  for (int64_t cols : {1, 7, 16, 33, 128}) {
+    // Rows at positions 60.. see keys [pos - 39, pos + 1): against block [kb, kb + cols) every cut point appears.
+    const flash_rows::BlockRows blk{60, 45, 40, cols, cols + 3};
+    const RowOutputs base = run_ops(VectorIsa::kBaseline, s, blk, 11);
+    for (VectorIsa isa : {VectorIsa::kAvx2, VectorIsa::kAvx512}) {
+      if (!vector_isa_available(isa)) continue;
+      const RowOutputs o = run_ops(isa, s, blk, 11);
+      const char* names[] = {"S", "m", "l", "acc", "P", "dS", "D"};
+      const std::vector<float>* got[] = {&o.S, &o.m, &o.l, &o.acc, &o.P, &o.dS, &o.D};
+      const std::vector<float>* want[] = {&base.S, &base.m, &base.l, &base.acc, &base.P, &base.dS, &base.D};
+      for (int i = 0; i < 7; ++i) {
+        EXPECT_TRUE(same_bits(*got[i], *want[i])) << names[i] << ", isa " << static_cast<int>(isa) << ", cols " << cols;
+      }
+    }
+  }
+}
+
+TEST(FlashAttentionRows, SoftmaxUpdateMatchesDoubleReference) {
+  const FlashAttentionShape s = masked_shape(200);
+  const flash_rows::BlockRows blk{60, 45, 40, 33, 36};
+  const RowOutputs o = run_ops(best_vector_isa(), s, blk, 11);
+  const auto S = test::random_floats(static_cast<size_t>(blk.rows * blk.ld), 11, 4.0f);
+  auto m = test::random_floats(static_cast<size_t>(blk.rows), 12);
+  m[0] = kNegInf;
+  const auto l = test::random_floats(m.size(), 13);
+  int checked = 0;
+  for (int64_t r = 0; r < blk.rows; ++r) {
+    const int64_t pi = blk.p_first + r;
+    const int64_t a = std::clamp<int64_t>(flash_rows::key_lo(s, pi) - blk.kb, 0, blk.cols);
+    const int64_t e = std::clamp<int64_t>(flash_rows::key_hi(s, pi) - blk.kb, 0, blk.cols);
+    double mx = m[r];
+    for (int64_t j = a; j < e; ++j) mx = std::max<double>(mx, S[r * blk.ld + j]);
+    double sum = 0;
+    for (int64_t j = 0; j < blk.cols; ++j) {
+      const double p = (j >= a && j < e) ? std::exp(S[r * blk.ld + j] - mx) : 0.0;
+      sum += p;
+      EXPECT_NEAR(o.S[r * blk.ld + j], p, 1e-6 * (1 + p)) << "row " << r << " col " << j;
+    }
+    if (a >= e) continue;
+    const double alpha = m[r] == kNegInf ? 0.0 : std::exp(m[r] - mx);
+    EXPECT_NEAR(o.l[r], l[r] * alpha + sum, 1e-5 * (l[r] * alpha + sum)) << "row " << r;
+    EXPECT_EQ(o.m[r], static_cast<float>(mx)) << "row " << r;
+    ++checked;
+  }
+  EXPECT_GT(checked, 20);
+  const auto x = test::random_floats(static_cast<size_t>(blk.rows * s.head_dim), 19);
+  const auto y = test::random_floats(x.size(), 20);
+  for (int64_t r = 0; r < blk.rows; ++r) {
+    double dot = 0;
+    for (int64_t d = 0; d < s.head_dim; ++d) dot += double{x[r * s.head_dim + d]} * y[r * s.head_dim + d];
+    EXPECT_NEAR(o.D[r], dot, 1e-5) << "row " << r;
+  }
+}
+
+}  // namespace
+}  // namespace cleave::kernels::cpu

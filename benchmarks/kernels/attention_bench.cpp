@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_probs.hpp"
+#include "benchmarks/kernels/random_operands.hpp"
 #include "kernels/cpu/flash_attention.hpp"
 
 namespace {
@@ -31,13 +32,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kB = 1, kH = 4, kHd = 64;
 
-std::vector<float> random_vec(size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
+using cleave::bench::random_vec;
 
 kc::FlashAttentionShape packed_shape(int64_t t) {
   kc::FlashAttentionShape s;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/cpu/cast.hpp"
+#include "benchmarks/kernels/random_operands.hpp"
 #include "kernels/cpu/flash_attention.hpp"
 
 namespace {
@@ -31,13 +32,7 @@ namespace {
 namespace kc = cleave::kernels::cpu;
 using Clock = std::chrono::steady_clock;
 
-std::vector<float> random_vec(size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
+using cleave::bench::random_vec;
 
 // The operands in element type T (bf16: the f32 draws narrowed to nearest even).
 template <class T>

@@ -6,7 +6,9 @@
 //
 // Tolerances: the grouped GEMMs are the backend's gemm per group (gemm_parity_test.cpp's 1e-5 relative to the
 // tensor's scale for f32 sums of up to 64 terms); gather, combine and the weight gradient are the CPU's bits
-// (tolerance 0): one multiply, or products rounded and added in the CPU's order with no FMA (kernels/cuda/moe.cu).
+// (tolerance 0): one multiply, or products rounded and added in the CPU's order with no FMA (kernels/cuda/moe.cu; the
+// weight gradient's dots in the CPU's vector lanes, kernels/cuda/moe_dot_order.hpp, checked on the CPU by
+// CudaMoeDotOrder in unit_cuda).
 #include <vector>
 
 #include "tests/gpu/ops/parity_util.hpp"
@@ -113,12 +115,15 @@ TEST_F(MoeParity, CombineIsTheCpusBits) {
 }
 
 // The weight gradient's warp tiles at their edges: fewer outputs than a warp, a width of one column, a partial
-// last tile and a width over several 32-column chunks with a partial last chunk; bit for bit.
+// last tile and a width over several 32-column chunks with a partial last chunk; and the CPU twin's vector lanes
+// (kernels/cuda/moe_dot_order.hpp): widths below one vector, tails of 1 to 7 columns after whole vectors of 4 and 8,
+// a tail in a last chunk of 31 columns; bit for bit.
 TEST_F(MoeParity, CombineWeightGradIsTheCpusBits) {
   struct Case {
     std::int64_t n, k, d;
   };
-  for (const Case& c : {Case{5, 2, 1}, Case{11, 3, 32}, Case{40, 4, 300}, Case{257, 2, 1025}}) {
+  for (const Case& c : {Case{5, 2, 1}, Case{11, 3, 32}, Case{40, 4, 300}, Case{257, 2, 1025}, Case{9, 2, 3},
+                        Case{17, 3, 7}, Case{33, 2, 63}, Case{12, 5, 70}, Case{70, 2, 4099}}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       const std::string what = std::string(dtype_name(dtype)) + " n " + std::to_string(c.n) + " k " +
                                std::to_string(c.k) + " d " + std::to_string(c.d);

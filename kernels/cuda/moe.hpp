@@ -3,10 +3,10 @@
 // rows into tokens with their routing weights, and the combine's weight gradient.
 //
 // Invariant: every output element is computed by one thread from a fixed order of terms (a token's k rows in j
-// order; a dot product in the CPU twin's order, moe_dot_order.hpp), each product rounded and added with no FMA, so results are deterministic
-// (no atomics) and the CPU twin's bits. Index ranges are the
-// caller's contract (the layer builds them); out-of-range indices are not checked on the device. Launch on
-// `stream`, no host wait. Compiled, not run on a GPU.
+// order; a dot product in the CPU twin's order, moe_dot_order.hpp), each product rounded and added with no FMA, so
+// results are deterministic (no atomics) and the CPU twin's bits. Index ranges are the caller's contract (the layer
+// builds them); out-of-range indices are not checked on the device. Launch on `stream`, no host wait. Compiled,
+// not run on a GPU.
 #pragma once
 
 #include <cuda_runtime_api.h>

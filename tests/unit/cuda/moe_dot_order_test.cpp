@@ -87,11 +87,14 @@ TEST(CudaMoeDotOrder, KernelOrderIsTheCpuTwinsBits) {
   for (std::int64_t d : kWidths) {
     const std::vector<float> dy = values(tokens * d, rng), src = values(rows * d, rng);
     std::vector<std::int32_t> where(static_cast<std::size_t>(rows));
-    for (std::int64_t i = 0; i < rows; ++i) where[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7) % rows);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      where[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7) % rows);  // every row, shuffled
+    }
     std::vector<float> cpu(static_cast<std::size_t>(rows));
     kernels::cpu::moe_combine_weight_grad(dy.data(), src.data(), where.data(), cpu.data(), tokens, k, rows, d);
     for (std::int64_t i = 0; i < rows; ++i) {
-      const float got = kernel_dot(lanes, dy.data() + (i / k) * d, src.data() + where[static_cast<std::size_t>(i)] * d, d);
+      const float* row = src.data() + where[static_cast<std::size_t>(i)] * d;
+      const float got = kernel_dot(lanes, dy.data() + (i / k) * d, row, d);
       ASSERT_EQ(bits(got), bits(cpu[static_cast<std::size_t>(i)]))
           << "d " << d << " output " << i << ": kernel order " << got << ", cpu " << cpu[static_cast<std::size_t>(i)];
     }

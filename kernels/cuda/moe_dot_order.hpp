@@ -18,8 +18,8 @@
 #include "kernels/cuda/floats.hpp"  // CLEAVE_HOST_DEVICE
 
 // Unrolled on the device, so the partials stay in registers (a run-time index would put them in local memory); the
-// host compiler (the CPU test) would warn about an unknown pragma.
-#if defined(__CUDACC__)
+// host compiler (nvcc's host pass, the CPU test) would warn about an unknown pragma.
+#if defined(__CUDA_ARCH__)
 #define CLEAVE_MOE_UNROLL _Pragma("unroll")
 #else
 #define CLEAVE_MOE_UNROLL

@@ -3,10 +3,10 @@
 // rows into tokens with their routing weights, and the combine's weight gradient.
 //
 // Invariant: every output element is computed by one thread from a fixed order of terms (a token's k rows in j
-// order; a dot product in column order), each product rounded and added with no FMA, so results are deterministic
-// (no atomics) and the CPU twin's bits. Index ranges are the
-// caller's contract (the layer builds them); out-of-range indices are not checked on the device. Launch on
-// `stream`, no host wait. Compiled, not run on a GPU.
+// order; a dot product in the CPU twin's order, moe_dot_order.hpp), each product rounded and added with no FMA, so
+// results are deterministic (no atomics) and the CPU twin's bits. Index ranges are the caller's contract (the layer
+// builds them); out-of-range indices are not checked on the device. Launch on `stream`, no host wait. Compiled,
+// not run on a GPU.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,8 +23,9 @@ void moe_gather(ConstFloats x, const std::int32_t* index, const float* scale, Fl
 // weight may be null (1).
 void moe_combine(ConstFloats src, const std::int32_t* rows, const float* weight, Floats out, int64_t tokens,
                  int64_t k, int64_t d, cudaStream_t stream);
+// dot_lanes: the CPU twin's vector width in floats, which fixes its order of summation (moe_dot_order.hpp; 4 or 8).
 void moe_combine_weight_grad(ConstFloats dy, ConstFloats src, const std::int32_t* rows, float* dweight,
-                             int64_t tokens, int64_t k, int64_t d, cudaStream_t stream);
+                             int64_t tokens, int64_t k, int64_t d, int dot_lanes, cudaStream_t stream);
 
 namespace detail {
 cudaError_t launch_moe_gather(ConstFloats x, const std::int32_t* index, const float* scale, Floats out, int64_t rows,
@@ -32,7 +33,8 @@ cudaError_t launch_moe_gather(ConstFloats x, const std::int32_t* index, const fl
 cudaError_t launch_moe_combine(ConstFloats src, const std::int32_t* rows, const float* weight, Floats out,
                                int64_t tokens, int64_t k, int64_t d, cudaStream_t stream);
 cudaError_t launch_moe_combine_weight_grad(ConstFloats dy, ConstFloats src, const std::int32_t* rows, float* dweight,
-                                           int64_t tokens, int64_t k, int64_t d, cudaStream_t stream);
+                                           int64_t tokens, int64_t k, int64_t d, int dot_lanes,
+                                           cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace cleave::kernels::cuda

@@ -1,8 +1,9 @@
 // NCCL backend on real GPUs (label `gpu`; every test skips with the reason when no CUDA device is visible).
 // Run directly (world of 1) by ctest for each test, and under mpiexec -n 2 when two devices are visible.
 // Checks: collectives of every NCCL dtype against closed forms (#wrong = 0), in-place forms, self and ring
-// batch_p2p, the count exchange and all_to_all_v with blocks of 0 rows, split, ordering after work on a user
-// stream, the deterministic kernel bit-for-bit against the host ordered reduction, and argument errors.
+// batch_p2p, the count exchange and all_to_all_v with blocks of 0 rows (also posted on a CUDA stream, completing on
+// the device), split, ordering after work on a user stream, the deterministic kernel bit-for-bit against the host
+// ordered reduction, and argument errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -250,6 +251,68 @@ TEST_F(Nccl, AllToAllVWithZeroCountsAfterExchangingThem) {
   const std::vector<std::int64_t> none(static_cast<std::size_t>(n()), 0);
   nccl_->all_to_all_v(make(0, DType::kF32, true), none, make(0, DType::kF32, true), none)->wait();
   nccl_->barrier()->wait();
+}
+
+// The expert-parallel exchange as the MoE layer posts it on a GPU: counts and rows written on the caller's
+// non-blocking stream and still queued there when the ops are posted, each Work completed on the device (wait()
+// makes the stream wait for the op and returns), the counts and rows read back on that stream. Checks the ready
+// event orders the p2p group after the stream's writes and the done event orders the read-backs after it; at one
+// rank the self pair, at two also blocks of 0 rows (rows_to is 0 for some pairs).
+TEST_F(Nccl, AllToAllVOnTheCallersStreamCompletesOnTheDevice) {
+  cudaStream_t user = nullptr;
+  CLEAVE_CUDA_CHECK(cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking));
+  const Stream stream(Device::cuda(nccl_->device()), user);
+  const std::int64_t width = 7;
+  const auto rows_to = [](int from, int to) { return static_cast<std::int64_t>((2 * from + to + 1) % 3); };
+  const auto value = [&](int from, int to, std::int64_t row, std::int64_t col) {
+    return static_cast<float>(small_value(from, (to * 3 + row) * width + col, to + 1));
+  };
+  std::vector<std::int64_t> counts_h;
+  for (int q = 0; q < n(); ++q) counts_h.push_back(rows_to(r(), q));
+  Tensor counts = Tensor::empty({n(), 1}, DType::kI64, MemoryCategory::kCommunication, *allocator_);
+  Tensor got = Tensor::empty({n(), 1}, DType::kI64, MemoryCategory::kCommunication, *allocator_);
+  CLEAVE_CUDA_CHECK(cudaMemsetAsync(counts.raw_data(), 0xFF, counts.nbytes(), user));  // -1 unless the copy is seen
+  CLEAVE_CUDA_CHECK(cudaMemcpyAsync(counts.raw_data(), counts_h.data(), counts.nbytes(), cudaMemcpyHostToDevice, user));
+  comm::exchange_counts(*nccl_, counts, got, stream)->wait();
+  std::vector<std::int64_t> recv_rows(static_cast<std::size_t>(n()), -7);
+  CLEAVE_CUDA_CHECK(cudaMemcpyAsync(recv_rows.data(), got.raw_data(), got.nbytes(), cudaMemcpyDeviceToHost, user));
+  CLEAVE_CUDA_CHECK(cudaStreamSynchronize(user));
+  std::int64_t sent = 0, received = 0;
+  for (int q = 0; q < n(); ++q) {
+    ASSERT_EQ(recv_rows[static_cast<std::size_t>(q)], rows_to(q, r())) << "count from rank " << q;
+    sent += rows_to(r(), q);
+    received += rows_to(q, r());
+  }
+  std::vector<float> send_h, want;
+  for (int q = 0; q < n(); ++q) {
+    for (std::int64_t j = 0; j < rows_to(r(), q); ++j) {
+      for (std::int64_t c = 0; c < width; ++c) send_h.push_back(value(r(), q, j, c));
+    }
+  }
+  for (int p = 0; p < n(); ++p) {
+    for (std::int64_t j = 0; j < rows_to(p, r()); ++j) {
+      for (std::int64_t c = 0; c < width; ++c) want.push_back(value(p, r(), j, c));
+    }
+  }
+  Tensor send = Tensor::empty({sent, width}, DType::kF32, MemoryCategory::kCommunication, *allocator_);
+  Tensor recv = Tensor::empty({received, width}, DType::kF32, MemoryCategory::kCommunication, *allocator_);
+  if (sent > 0) {
+    CLEAVE_CUDA_CHECK(cudaMemsetAsync(send.raw_data(), 0xFF, send.nbytes(), user));
+    CLEAVE_CUDA_CHECK(cudaMemcpyAsync(send.raw_data(), send_h.data(), send.nbytes(), cudaMemcpyHostToDevice, user));
+  }
+  if (received > 0) CLEAVE_CUDA_CHECK(cudaMemsetAsync(recv.raw_data(), 0xFF, recv.nbytes(), user));
+  const std::vector<std::int64_t> send_rows(counts_h);
+  nccl_->all_to_all_v(send, send_rows, recv, recv_rows, stream)->wait();
+  std::vector<float> back(static_cast<std::size_t>(received * width), -1.0f);
+  if (received > 0) {
+    CLEAVE_CUDA_CHECK(cudaMemcpyAsync(back.data(), recv.raw_data(), recv.nbytes(), cudaMemcpyDeviceToHost, user));
+  }
+  CLEAVE_CUDA_CHECK(cudaStreamSynchronize(user));
+  std::int64_t wrong = 0;
+  for (std::size_t i = 0; i < back.size(); ++i) wrong += back[i] != want[i];
+  EXPECT_EQ(wrong, 0) << received << " rows received";
+  nccl_->barrier()->wait();
+  CLEAVE_CUDA_CHECK(cudaStreamDestroy(user));
 }
 
 TEST_F(Nccl, SplitAndLeaveOut) {

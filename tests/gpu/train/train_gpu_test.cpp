@@ -124,6 +124,26 @@ TEST(GpuTraining, GptFp32MatchesCpu) {
   expect_learns(gpu, "the GPU run");
 }
 
+// The Llama block's slots (RMSNorm and the fused add+RMSNorm, RoPE packing, GQA attention, SwiGLU) and the MoE
+// layer's (host routing from the logits read back, the routing uploads, gather, the grouped GEMMs through gemm_many,
+// combine and its weight gradient) in training on one GPU rank against the same run on the
+// CPU: the answer to "do these models train on a GPU" before the layouts (train-layouts' MoE ep2 needs two ranks).
+TEST(GpuTraining, LlamaAndMoeFp32MatchCpu) {
+  CLEAVE_REQUIRE_GPU();
+  auto world = make_world();
+  const std::int64_t steps = 6;
+  for (const config::RunConfig& run :
+       {testing::tiny_llama({"train.steps=6"}), tiny_ep_moe("gpu_tiny_moe", 2, steps, {})}) {
+    const std::string what = run.model.type == partition::ModelType::kMoe ? "tiny moe" : "tiny llama";
+    const auto gpu = train_losses(on(run, "cuda"), *world, steps);
+    const auto cpu = train_losses(on(run, "cpu"), *world, steps);
+    const double diff = max_rel_diff(gpu, cpu);
+    std::printf("[ gpu ] %s fp32 %lld steps: loss %.5f -> %.5f (cpu %.5f -> %.5f), max rel diff %.3g\n", what.c_str(),
+                static_cast<long long>(steps), gpu.front(), gpu.back(), cpu.front(), cpu.back(), diff);
+    EXPECT_LE(diff, kFp32VsCpu) << what;
+  }
+}
+
 // The rank's device is current once its setup is built (rank_setup.cpp, ops::make_device_current): another
 // device is made current first (the last visible one), so on a host with two or more GPUs a setup that left
 // the current device alone fails here; on one GPU it still checks that the stream's assertion holds.

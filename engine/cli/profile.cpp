@@ -15,6 +15,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "engine/cli/commands.hpp"
 #include "engine/cli/runtime_env.hpp"
 #include "engine/config/config.hpp"
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/core/output_path.hpp"
@@ -67,8 +69,8 @@ per node you will train with.)");
                   "tensor-parallel widths to time, e.g. 1,2,4 (default: every width dividing\n"
                   "n_heads and d_ff and N)")
       .count_list("--micro-batches", "LIST",
-                  "micro-batch sizes to time, e.g. 1,2,4 (default: the divisors of the global\n"
-                  "batch up to 32; the planner interpolates between them)")
+                  "micro-batch sizes to time, e.g. 1,2,4, each a divisor of the global batch (default:\n"
+                  "its divisors up to 32; the planner interpolates between them)")
       .count("--repeats", "K", "timed runs per measurement after one warm-up", 5)
       .count("--rounds", "R",
              "passes over every measurement (default 5); each measurement is the median of its\n"
@@ -151,19 +153,57 @@ std::vector<int> tp_widths_to_time(const Args& args, const partition::ModelSpec&
   return widths;
 }
 
-// The micro-batch sizes to time: --micro-batches, else the divisors of the global batch up to 32.
-std::vector<std::int64_t> micro_batches_to_time(const Args& args, const config::RunConfig& config, int ranks) {
-  if (args.given("--micro-batches")) return args.counts("--micro-batches");
+// The global batch the plans for `plan_world` ranks keep, as the planner fixes it: batch.global_batch_size, else
+// what the config's own layout resolves to on plan_world ranks (nullopt, with `why`, when it does not resolve).
+std::optional<std::int64_t> plans_global_batch(const config::RunConfig& config, int plan_world, std::string& why) {
+  if (config.batch.global_batch_size) return *config.batch.global_batch_size;
   config::RunConfig resolved = config;
-  std::int64_t global = config.batch.global_batch_size.value_or(0);
-  if (global == 0) {
-    resolved.resolve(ranks);
-    global = resolved.resolved_batch().global_batch_size;
+  try {
+    resolved.resolve(plan_world);
+  } catch (const Error& e) {
+    why = e.what();
+    return std::nullopt;
   }
-  std::vector<std::int64_t> sizes;
-  for (std::int64_t m = 1; m <= std::min<std::int64_t>(global, 32); ++m) {
-    if (global % m == 0) sizes.push_back(m);
+  return resolved.resolved_batch().global_batch_size;
+}
+
+// The micro-batch sizes to time: --micro-batches, else the divisors of the global batch up to 32. A size given that
+// does not divide the global batch is bad input, as `cleave train` refuses such a micro-batch: no plan of this config
+// runs it, so the minutes spent timing it would serve none.
+std::vector<std::int64_t> micro_batches_to_time(const Args& args, const config::RunConfig& config, int plan_world) {
+  std::string why;
+  const std::optional<std::int64_t> global = plans_global_batch(config, plan_world, why);
+  const std::string whence = config.batch.global_batch_size
+                                 ? std::string("batch.global_batch_size")
+                                 : fmt::format("micro_batch_size x gradient_accumulation_steps x dp on {}: "
+                                               "batch.global_batch_size is unset",
+                                               count_of(plan_world, "rank"));
+  std::vector<std::int64_t> divisors;
+  for (std::int64_t m = 1; global && m <= std::min<std::int64_t>(*global, 32); ++m) {
+    if (*global % m == 0) divisors.push_back(m);
   }
+  if (!args.given("--micro-batches")) {
+    CLEAVE_CHECK_INPUT(global.has_value(),
+                       "profile: the micro-batch sizes to time are the divisors of the global batch, and this config "
+                       "sets no batch.global_batch_size and its layout does not resolve on {} ({}); nothing was "
+                       "measured (set batch.global_batch_size, give --world N for the plans' world, or list "
+                       "--micro-batches)",
+                       count_of(plan_world, "rank"), why);
+    return divisors;
+  }
+  std::vector<std::int64_t> sizes = args.counts("--micro-batches");
+  if (!global) return sizes;  // no global batch to hold them to: the planner asks for one itself
+  std::vector<std::int64_t> stray;
+  for (std::int64_t m : sizes) {
+    if (*global % m != 0) stray.push_back(m);
+  }
+  CLEAVE_CHECK_INPUT(stray.empty(),
+                     "profile: --micro-batches {} {} not divide the global batch {} ({}): no plan of this config runs "
+                     "such a micro-batch (cleave train refuses one that does not divide the batch), so timing it "
+                     "would serve none; nothing was measured. Give divisors of {} (up to 32: {}; the default without "
+                     "--micro-batches), or set batch.global_batch_size to a multiple of the sizes you want timed",
+                     fmt::join(stray, ", "), stray.size() == 1 ? "does" : "do", *global, whence, *global,
+                     fmt::join(divisors, ", "));
   return sizes;
 }
 
@@ -324,15 +364,9 @@ int run_profile(int argc, char** argv) {
 
   CommandRuntime runtime(&argc, &argv);
   return runtime.run([&] {
-    // Threads per rank and pinning by the trainer's rule (engine/train/threads.hpp), so the tables hold what
-    // `cleave train` will run.
-    const bench::BenchMachine machine = bench::place_rank_for_bench();
-    const int threads = machine.threads_per_rank;
-    comm::World world = runtime.world(config);
-    comm::Communicator& comm = *world.comm;
-    const bool root = comm.rank() == 0;
-    const int plan_world = cmd.plan_world > 0 ? cmd.plan_world : comm.size();
-
+    // What to time, from the command line and the config alone: a width or size no plan can use is refused here,
+    // alike on every rank, before the world is built and anything is measured.
+    const int plan_world = cmd.plan_world > 0 ? cmd.plan_world : runtime.world_size();
     const partition::ModelSpec spec = run_plan::model_spec(config.model);
     planner::BlockProfileRequest request;
     request.repeats = cmd.repeats;
@@ -340,7 +374,15 @@ int run_profile(int argc, char** argv) {
     request.cold_caches = cmd.cold_caches;
     request.precision = config.device.precision;  // the tables are for this precision only
     request.tp_widths = tp_widths_to_time(args, spec, plan_world, request.tp_widths);
-    request.micro_batches = micro_batches_to_time(args, config, comm.size());
+    request.micro_batches = micro_batches_to_time(args, config, plan_world);
+
+    // Threads per rank and pinning by the trainer's rule (engine/train/threads.hpp), so the tables hold what
+    // `cleave train` will run.
+    const bench::BenchMachine machine = bench::place_rank_for_bench();
+    const int threads = machine.threads_per_rank;
+    comm::World world = runtime.world(config);
+    comm::Communicator& comm = *world.comm;
+    const bool root = comm.rank() == 0;
 
     if (root) {
       log::info("profile: {} on {} rank(s) x {} thread(s), for plans on {} ranks: tp {}, micro-batches {}",

@@ -113,10 +113,14 @@ int run_run(int argc, char** argv) {
   o.slurm = in_slurm != nullptr && o.launcher.empty() && !args.given("--hostfile");
   const std::string hostfile = args.text("--hostfile");
   if (!hostfile.empty()) {
+    // A file the command line names: missing, a directory or malformed is bad input (exit 64; a malformed one exited
+    // 1, which a script driving cleave run could not tell from a failed job).
+    CLEAVE_CHECK_INPUT(!std::filesystem::is_directory(hostfile),
+                       "run: --hostfile {} is a directory; give a file of 'HOST slots=N' lines", hostfile);
     std::ifstream in(hostfile);
     CLEAVE_CHECK_INPUT(in.good(), "run: --hostfile {}: cannot read it", hostfile);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    o.slots = supervise::parse_hostfile(text, hostfile);
+    o.slots = reading_input([&] { return supervise::parse_hostfile(text, hostfile); });
     o.use_hostfile = true;
     CLEAVE_CHECK_INPUT(!args.given("--slots") || args.count("--slots") == static_cast<std::int64_t>(o.slots.size()),
                  "run: --slots {} but --hostfile {} lists {}; give one of them", args.count("--slots"), hostfile,

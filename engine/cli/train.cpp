@@ -5,9 +5,10 @@
 // or after a failure with the steps that finished (train.report, default on; engine/report/html_report.hpp).
 // --profile FILE gives the peak FLOP/s per rank that MFU is measured against (engine/train/throughput.hpp).
 // Bad input (an unknown option, config key or value, a typo in --allow-config-change, a layout the world size does
-// not divide, a train.out_dir that is a file or, without --resume, holds a run, a --resume PATH holding no checkpoint,
-// a --profile that cannot be read or describes another device) is an InputError raised before the world and the
-// trainer are built: `cleave` exits ExitCode::kBadInput and `cleave run` does not restart.
+// not divide or cannot plan, a memory plan over device.memory_limit, a train.out_dir that is a file or, without
+// --resume, holds a run, a --resume PATH holding no checkpoint, a --profile that cannot be read or describes another
+// device) is an InputError raised before the world and the trainer are built: `cleave` exits ExitCode::kBadInput
+// and `cleave run` does not restart.
 // SIGUSR1 (what `cleave run` forwards on SIGTERM) saves a checkpoint at the next step and exits 0 with a log line
 // saying so (engine/train/stop_request.hpp).
 #include <cstdio>
@@ -33,6 +34,7 @@
 #include "engine/train/checkpoint/weight_source.hpp"
 #include "engine/train/data/make_data_source.hpp"
 #include "engine/train/metrics.hpp"
+#include "engine/train/rank_setup.hpp"
 #include "engine/train/stop_request.hpp"
 #include "engine/train/trainer.hpp"
 
@@ -138,12 +140,20 @@ int run_train(int argc, char** argv) {
     // A layout or batch the world size does not divide (RunConfig::resolve, on a copy): bad input every rank finds
     // alike from the same config and world size, so all exit 64 together, before any file is read or the world built.
     config::RunConfig(config).resolve(runtime.world_size());
+    // The plan every rank will make (its memory against device.memory_limit among it): bad input alike on every
+    // rank, refused before the files are read and the world built (it exited 1 once the world was up).
+    train::check_plan_before_world(config, runtime.world_size());
     if (init) check_shards_match_source_tokenizer(config, *init);
     train::check_data_files(config);  // a missing or malformed data file: bad input, before the world and the model
     // An out_dir that is a file, or (a fresh run) holds another run: bad input, before the world and the model (the
     // trainer's own check, made once they are built, is kept for the checkpoint.dir it resolves).
     check_output_dir("train.out_dir", config.train.out_dir);
     if (options.resume.empty()) train::check_out_dir_holds_no_run(config.train.out_dir);
+    // checkpoint.dir (every cleave train saves, at least on SIGUSR1): a file there, or (a fresh run) another run's
+    // checkpoints, before the world and the model (they were found once both were built; the trainer still checks
+    // on every rank).
+    check_output_dir("checkpoint.dir", train::checkpoint_root_of(config));
+    if (options.resume.empty()) train::check_checkpoint_dir_holds_no_run(train::checkpoint_root_of(config));
     train::check_resume_argument(options.resume);  // no such directory, or none holding a checkpoint
     // A typo in --allow-config-change stops here, before the world and the trainer are built (not at the resume).
     train::check_allowed_keys(options.allow_config_change, nlohmann::json::parse(config::to_json(config)));

@@ -140,16 +140,17 @@ LocalRank resolve_local_rank(std::span<const std::string> hostnames, std::span<c
   return {position, on_host, "hostname"};
 }
 
+int gpu_of_local_rank(int local_rank, int visible_gpus) {
+  CLEAVE_ASSERT(visible_gpus >= 1 && local_rank >= 0, "gpu_of_local_rank: local rank {} with {} GPUs", local_rank,
+                visible_gpus);
+  return local_rank % visible_gpus;
+}
+
 int select_device(const LocalRank& local, int device_count, std::string_view hostname,
                   std::string_view visible_devices) {
   CLEAVE_CHECK(device_count >= 1, "host {}: no CUDA device is visible (CUDA_VISIBLE_DEVICES='{}')", hostname,
                visible_devices);
-  if (device_count == 1) return 0;
-  CLEAVE_CHECK(local.local_rank < device_count,
-               "host {}: local rank {} (from {}) has no GPU of its own: {} devices visible (CUDA_VISIBLE_DEVICES='{}'); "
-               "launch at most {} ranks per node",
-               hostname, local.local_rank, local.source, device_count, visible_devices, device_count);
-  return local.local_rank;
+  return gpu_of_local_rank(local.local_rank, device_count);
 }
 
 GpuOwnership gpu_ownership(std::span<const GpuRecord> records) {

@@ -70,9 +70,20 @@ void check_world_place(const std::optional<WorldPlace>& place, int mpi_rank, int
 LocalRank resolve_local_rank(std::span<const std::string> hostnames, std::span<const int> claimed, int rank,
                              std::string_view claim_source);
 
-// The CUDA device of a rank: its local rank when the node has that many visible devices; device 0 when exactly
-// one device is visible (the launcher bound one GPU per rank, e.g. srun --gpus-per-task=1). Otherwise an
-// Error naming the host, the local rank, the device count and CUDA_VISIBLE_DEVICES.
+// The CUDA device of a rank that sees `visible_gpus` devices (>= 1): cuda:<local rank mod visible_gpus>, the one rule
+// for the NCCL world's probe (select_device) and the trainer (train::rank_gpu). It covers each way a launcher
+// hands GPUs out:
+//   - every rank sees the node's GPUs (mpirun, torchrun) and the node has no more ranks than GPUs: cuda:<local
+//     rank>, torchrun's torch.cuda.set_device(LOCAL_RANK);
+//   - each rank sees only its own k GPUs (srun --gpus-per-task=k, CUDA_VISIBLE_DEVICES set per rank): one of its
+//     own, as Megatron's rank % device_count picks (k = 1: cuda:0);
+//   - more ranks than the GPUs each sees, all seeing the same ones: the ranks share them round robin, which the
+//     staged MPI world allows and the NCCL probe refuses by PCI bus id (gpu_ownership names the ranks sharing).
+// Pure: `visible_gpus` comes from the caller (cudaGetDeviceCount). Asserts visible_gpus >= 1 and local_rank >= 0.
+int gpu_of_local_rank(int local_rank, int visible_gpus);
+
+// The CUDA device of a rank by gpu_of_local_rank. Throws an Error naming the host and CUDA_VISIBLE_DEVICES when
+// no device is visible.
 int select_device(const LocalRank& local, int device_count, std::string_view hostname,
                   std::string_view visible_devices);
 

@@ -12,8 +12,8 @@ enum class ExitCode : int {
   kUsage = 2,   // no or an unknown command (before any command runs; the shells' usage code)
   // A command's own input is wrong: an unknown or ill-formed option, an unknown config key (in the file, a --set, a
   // --allow-config-change), a value of the wrong type or range, a cross-key rule of the config, a layout the world
-  // size does not divide (cleave::InputError, engine/core/input_error.hpp), found while reading the command line and
-  // the config, before any work. EX_USAGE (64), not EX_CONFIG (78): 78 is already the checkpoint's mismatch, and a
+  // size does not divide or cannot plan, a memory plan over device.memory_limit (cleave::InputError,
+  // engine/core/input_error.hpp), found while reading the command line and the config, before any work. EX_USAGE (64), not EX_CONFIG (78): 78 is already the checkpoint's mismatch, and a
   // config is command-line input here (--set).
   kBadInput = 64,
   // `--resume` found checkpoints and every one damaged (checkpoint::NoIntactCheckpoint). EX_NOINPUT.

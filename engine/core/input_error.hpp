@@ -14,9 +14,11 @@
 // `cleave train` runs them first), the output path checks made before work (engine/core/output_path.hpp: an output
 // that exists or cannot be written) and reading_input below (an --init-from or import directory whose files do not
 // agree), a --resume that names no checkpoint or one of weights only (engine/train/checkpoint/resume_fallback.cpp,
-// checkpoint_load.cpp) and a tensor an --init-from source lacks or holds non-finite (weight_source.cpp: load_weights,
-// whose collective keeps the type: checkpoint_pieces.hpp); a check made later, once a checkpoint to resume or the
-// memory plan is known, stays a plain Error (exit 1) or the checkpoint's own type.
+// checkpoint_load.cpp), a tensor an --init-from source lacks or holds non-finite (weight_source.cpp: load_weights,
+// whose collective keeps the type: checkpoint_pieces.hpp), and the plan the config makes at the world size with its
+// memory plan against device.memory_limit (run_plan::make_plan; `cleave train` makes it before the world,
+// train::check_plan_before_world); a check made later, once a checkpoint to resume is known, stays a plain Error
+// (exit 1) or the checkpoint's own type.
 #pragma once
 
 #include <string>

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/run_plan/memory_plan.hpp"
 #include "partition/cost_model.hpp"
 #include "pipeline/lowering.hpp"
@@ -248,7 +249,8 @@ Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_ran
       // No split fits the partitioner's estimate either: report the balanced split's numbers below.
     }
   }
-  CLEAVE_CHECK(violation.empty(), "{}", violation);
+  // Bad input (exit 64): the config's layout does not fit its own cap, and no restart of it can change that.
+  CLEAVE_CHECK_INPUT(violation.empty(), "{}", violation);
   for (int stage = 0; stage < num_stages; ++stage) {
     if (plan.schedule.rank_of(stage) == pp_rank) plan.local_stages.push_back(stage);
   }

@@ -27,6 +27,7 @@
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/core/output_path.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "engine/supervise/attempt.hpp"
 #include "engine/supervise/health_check.hpp"
@@ -327,12 +328,14 @@ SuperviseOptions planning_options(const SuperviseOptions& o, const config::RunCo
 
 // Bad input, found before any job starts, as the trainer would stop each attempt (ExitCode::kBadInput): an unknown
 // --allow-config-change key, a missing or unreadable data file, a --resume PATH holding no checkpoint, a train.out_dir
-// that already holds a run without --resume, fewer slots than --min-ranks.
+// that is a file, cannot be made or already holds a run without --resume, fewer slots than --min-ranks.
 void check_fresh_start(const SuperviseOptions& o, const config::RunConfig& base) {
   train::check_data_files(base);  // a missing data file would fail every attempt
   train::check_resume_argument(o.resume);  // a --resume PATH that holds no checkpoint would fail every attempt
   train::check_allowed_keys(allowed_changes(o.train_args), nlohmann::json::parse(config::to_json(base)));
   const std::string& out_dir = base.train.out_dir;
+  // A file there, or a directory that cannot be made: the supervisor makes it next (a filesystem error, exit 1).
+  check_output_dir("train.out_dir", out_dir);
   CLEAVE_CHECK_INPUT(!o.resume.empty() ||
                          !(fs::exists(fs::path(out_dir) / "metrics.jsonl") || fs::exists(fs::path(out_dir) / "config.json")),
                      "run: train.out_dir {} already holds a run; nothing was started. Continue it with --resume auto "

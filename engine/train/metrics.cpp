@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -38,6 +40,27 @@ void check_out_dir_holds_no_run(const std::string& path) {
                                  "directory with --set train.out_dir={} (or remove the old run)",
                                  path, marker, free_name));
   }
+}
+
+void check_checkpoint_dir_holds_no_run(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "latest" || name.rfind("step_", 0) == 0) names.push_back(name);
+  }
+  if (names.empty()) return;
+  std::sort(names.begin(), names.end());
+  throw InputError(fmt::format("checkpoint.dir {} already holds checkpoints ({}) of another run, which this fresh run's "
+                               "saves would replace and prune; nothing was written. Continue that run with --resume "
+                               "auto, or choose another directory with --set checkpoint.dir=...",
+                               dir, fmt::join(names, ", ")));
+}
+
+std::string checkpoint_root_of(const config::RunConfig& config) {
+  return config.checkpoint.dir.empty() ? (fs::path(config.train.out_dir) / "checkpoints").string()
+                                       : config.checkpoint.dir;
 }
 
 void prepare_out_dir(const std::string& path) {

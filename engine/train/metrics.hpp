@@ -27,6 +27,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/config/config.hpp"
+
 namespace cleave::train {
 
 struct StepMetrics {
@@ -61,6 +63,11 @@ void prepare_out_dir(const std::string& path);
 // prepare_out_dir's refusal of a directory that holds a run, as bad input (InputError: exit 64), for `cleave train`
 // to make before the world and the model are built. Reads only.
 void check_out_dir_holds_no_run(const std::string& path);
+// A fresh run's checkpoint.dir that already holds checkpoints (step_NNNNNNN/ or the latest pointer: another run's,
+// whose steps the fresh run's saves would replace and prune) is bad input (InputError, naming them). Reads only.
+void check_checkpoint_dir_holds_no_run(const std::string& dir);
+// The checkpoint directory of `config`: checkpoint.dir, else <train.out_dir>/checkpoints.
+std::string checkpoint_root_of(const config::RunConfig& config);
 
 // Writes `text` to `path` (truncating). Throws Error naming the file and the system's reason when it cannot
 // be opened or written completely (a full disk included).

@@ -4,6 +4,7 @@
 #include "cleave/config.hpp"
 #include "engine/comm/launch_env.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "kernels/ops/ops.hpp"
 
 namespace cleave::train {
@@ -25,10 +26,7 @@ Device run_device(const config::RunConfig& config, const comm::Communicator& wor
   const std::optional<comm::LocalRank> launcher = comm::local_rank_from_env(comm::process_env());
   // Without a launcher's word, one node holds the whole world.
   const int local_rank = launcher ? launcher->local_rank : world.rank();
-  const int local_size = launcher && launcher->local_size > 0 ? launcher->local_size : world.size();
-  const bool gpus_shared = world.backend() != "nccl";  // the staged MPI world serves several ranks per GPU
-  return Device::cuda(
-      rank_gpu({world.rank(), local_rank, local_size, ops::visible_devices(DeviceType::kCuda), gpus_shared}));
+  return Device::cuda(rank_gpu({world.rank(), local_rank, ops::visible_devices(DeviceType::kCuda)}));
 }
 
 }  // namespace
@@ -36,16 +34,9 @@ Device run_device(const config::RunConfig& config, const comm::Communicator& wor
 int rank_gpu(const GpuPlacement& p) {
   CLEAVE_CHECK(p.visible_gpus > 0, "device.type \"cuda\": rank {} sees no CUDA device (check the driver and "
                "CUDA_VISIBLE_DEVICES), or set device.type \"cpu\"", p.world_rank);
-  // One visible GPU: the launcher bound one per rank (srun --gpus-per-task=1, --gpu-bind=single:1, a wrapper
-  // setting CUDA_VISIBLE_DEVICES per local rank), or every rank shares it; the world factory makes a NCCL world
-  // only after the ranks compared their GPUs' PCI bus ids (comm::gpu_ownership), so under NCCL they are distinct.
-  if (p.visible_gpus == 1) return 0;
-  CLEAVE_CHECK(p.local_size <= p.visible_gpus || p.gpus_shared,
-               "device.type \"cuda\": {} ranks on this node but {} GPUs visible to rank {}; launch at most {} ranks "
-               "per node, or bind one GPU per rank (srun --gpus-per-task=1, or CUDA_VISIBLE_DEVICES per local rank), "
-               "or set parallel.comm_backend \"mpi\" so ranks share GPUs through the staged world",
-               p.local_size, p.visible_gpus, p.world_rank, p.visible_gpus);
-  return p.local_rank % p.visible_gpus;
+  // The NCCL world's probe placed each rank by the same rule (comm::select_device) and compared the GPUs' PCI bus
+  // ids before it was made, so under NCCL the ranks' GPUs are distinct; the staged MPI world lets ranks share one.
+  return comm::gpu_of_local_rank(p.local_rank, p.visible_gpus);
 }
 
 RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Backend* backend)
@@ -114,6 +105,15 @@ run_plan::CpuKernels cpu_kernels_of(const config::RunConfig& config) {
   cpu.bf16_gemm = ops::resolved_cpu_gemm(config.device.blas, /*bf16_operands=*/true);
   cpu.threads = ops::cpu_threads();
   return cpu;
+}
+
+void check_plan_before_world(const config::RunConfig& config, int world_size) {
+  config::RunConfig resolved = config;
+  resolved.resolve(world_size);
+  const auto accumulation = static_cast<int>(resolved.resolved_batch().gradient_accumulation_steps);
+  // Every plan error is the config's (make_plan reads nothing else); an internal error is no Error and passes.
+  static_cast<void>(
+      reading_input([&] { return run_plan::make_plan(resolved, accumulation, 0, cpu_kernels_of(resolved)); }));
 }
 
 bool RankSetup::counts_loss() const {

@@ -9,15 +9,13 @@
 // allocator and resources, so a RankSetup never moves (it is neither copied nor moved).
 //
 // Placement: device.type "cpu" runs on the CPU; "cuda" (CUDA builds only) puts world rank r on
-// cuda:<local rank> through the seam's factories (kernels/ops/ops.hpp), so this file includes no CUDA header;
-// the constructor makes that device current for the calling thread (ops::make_device_current) before it
-// builds the stream, so the thread that constructs a RankSetup is the one that runs its work.
-// A rank that sees exactly one GPU runs on it (cuda:0), whatever the node's rank count: the launcher bound one
-// GPU per rank (srun --gpus-per-task=1), and under NCCL the world has already checked that the ranks' GPUs
-// are distinct (comm::gpu_ownership, before NCCL's init). More ranks on a node than the GPUs each rank sees
-// (two or more) is refused naming both counts, unless the world is the staged MPI world (parallel.comm_backend
-// "mpi", or "auto" where GPUs are shared), which lets several ranks share one GPU (rank r then uses
-// cuda:<local rank mod GPUs>). rank_gpu states the rule.
+// cuda:<local rank mod the GPUs it sees> (comm::gpu_of_local_rank, the rule the NCCL world's probe placed it by)
+// through the seam's factories (kernels/ops/ops.hpp), so this file includes no CUDA header; the constructor makes
+// that device current for the calling thread (ops::make_device_current) before it builds the stream, so the thread
+// that constructs a RankSetup is the one that runs its work. The node's GPUs all visible and no more ranks than
+// GPUs: cuda:<local rank>; k GPUs bound to each rank (srun --gpus-per-task=k): one of its own (k = 1: cuda:0);
+// more ranks than the GPUs they all see: shared round robin, which the staged MPI world allows and the NCCL world
+// refuses before it is made (comm::gpu_ownership compares the GPUs' PCI bus ids). rank_gpu states the rule.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -40,17 +38,22 @@ namespace cleave::train {
 // kernels' threads), as the memory plan reads them (run_plan::CpuKernels): resolved before the plan is made.
 run_plan::CpuKernels cpu_kernels_of(const config::RunConfig& config);
 
-// What places a rank on a GPU (rank_gpu): the launcher's local rank and node size (or the world's, without a
-// launcher), the GPUs this rank sees, and whether the world lets ranks share a GPU (the staged MPI world).
+// The plan every rank will make, made once before the world and the model are built (`cleave train`): a config the
+// world size cannot plan (more stages than blocks, a manual split that does not sum, a schedule the batch cannot
+// feed) or whose memory plan exceeds device.memory_limit is bad input, thrown as InputError naming the keys, the
+// numbers and the fix (exit 64: no restart of the same command cures it, so `cleave run` stops at once). The plan
+// is a pure function of the config, the world size and this machine's CPU kernels, so every rank refuses alike.
+void check_plan_before_world(const config::RunConfig& config, int world_size);
+
+// What places a rank on a GPU (rank_gpu): the launcher's local rank (or the world rank, without a launcher) and
+// the GPUs this rank sees.
 struct GpuPlacement {
   int world_rank = 0;
   int local_rank = 0;
-  int local_size = 1;
   int visible_gpus = 0;
-  bool gpus_shared = false;
 };
 
-// The CUDA device index of a rank (see Placement above). Pure; throws Error naming the counts and the fix.
+// The CUDA device index of a rank (see Placement above). Pure; throws Error when the rank sees no GPU.
 int rank_gpu(const GpuPlacement& placement);
 
 struct RankSetup {

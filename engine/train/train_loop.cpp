@@ -50,21 +50,6 @@ double unix_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// The checkpoints a directory already holds (step_NNNNNNN/ and the latest pointer), for a message; none: empty.
-std::string held_checkpoints(const std::string& dir) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return {};
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name == "latest" || name.rfind("step_", 0) == 0) names.push_back(name);
-  }
-  std::sort(names.begin(), names.end());
-  std::string out;
-  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
-
 // Every output path before any work: a checkpoint.dir that is a file, or an out_dir under one, is an error
 // now, not after the steps it was meant to keep. Every rank writes checkpoint files; rank 0 the run files. A
 // fresh run (no --resume) never writes over another run: an out_dir holding one, or a checkpoint.dir holding
@@ -85,12 +70,7 @@ void check_output_paths(RankSetup& s, const std::string& checkpoints, bool fresh
       if (std::filesystem::exists(out / "metrics.jsonl", ec) || std::filesystem::exists(out / "config.json", ec)) {
         prepare_out_dir(out.string());
       }
-      const std::string held = saves ? held_checkpoints(checkpoints) : std::string();
-      CLEAVE_CHECK_INPUT(held.empty(),
-                         "checkpoint.dir {} already holds checkpoints ({}) of another run, which this fresh run's "
-                         "saves would replace and prune; nothing was written. Continue that run with --resume auto, or "
-                         "choose another directory with --set checkpoint.dir=...",
-                         checkpoints, held);
+      if (saves) check_checkpoint_dir_holds_no_run(checkpoints);
     }
   } catch (const std::exception& e) {
     failure = rank_failure(e);  // bad input on every failing rank stays bad input (exit 64)

@@ -13,6 +13,7 @@
 #include "engine/train/evaluation.hpp"
 #include "engine/train/generation.hpp"
 #include "engine/train/measured_trace.hpp"
+#include "engine/train/metrics.hpp"
 #include "engine/train/parameter_gather.hpp"
 #include "engine/train/trainer_impl.hpp"
 #include "kernels/ops/ops.hpp"
@@ -35,8 +36,7 @@ ops::HostWaits Trainer::host_waits() const { return impl_->setup.host_waits; }
 void Trainer::reset_peak_memory() { impl_->setup.allocator->reset_peak(); }
 
 std::string Trainer::checkpoint_root() const {
-  const auto& cfg = impl_->setup.config;
-  return cfg.checkpoint.dir.empty() ? (std::filesystem::path(cfg.train.out_dir) / "checkpoints").string() : cfg.checkpoint.dir;
+  return checkpoint_root_of(impl_->setup.config);
 }
 
 CheckpointSaveStats Trainer::save_checkpoint(const std::string& root, std::int64_t steps_done) {

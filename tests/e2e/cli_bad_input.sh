@@ -70,10 +70,7 @@ expect_error unknown-schedule 'parallel\.schedule.*"zb-h2".*zb_h2.*dualpipev.*au
 expect_error auto-memory-not-auto 'parallel\.auto_schedule_memory_limit.*only.*"auto".*"1f1b"' "${set_out[@]}" --set parallel.auto_schedule_memory_limit=4
 expect_error auto-memory-negative 'parallel\.auto_schedule_memory_limit' "${set_out[@]}" --set parallel.schedule=auto --set parallel.auto_schedule_memory_limit=-1
 expect_error nccl-on-cpu    'parallel\.comm_backend.*nccl.*(device\.type is "cpu"|without)' "${set_out[@]}" --set parallel.comm_backend=nccl
-# Over the memory cap: the refusal says how much is activations and what each recompute mode would need (the
-# default model fits 4 MiB only under full recomputation), and points at `cleave plan`; following it trains.
-expect_error memory-cap 'activations are [0-9.]+ [KM]iB \([0-9]+%\), train\.recompute=selective needs about [0-9.]+ MiB \(activations [0-9.]+ [KM]iB\), train\.recompute=full needs about [0-9.]+ MiB \(activations [0-9.]+ [KM]iB, fits\).*cleave plan CONFIG --world N' \
-    "${set_out[@]}" --set device.memory_limit=4MiB
+# Over the memory cap: see memory-cap below (exit 64, before the world); following its hint trains.
 if "$cleave" train --set train.out_dir=fits --set train.steps=1 --set device.memory_limit=4MiB \
      --set train.recompute=full > fits.log 2>&1; then
   echo "ok   memory-cap-recompute-followed: trains under 4 MiB with train.recompute=full"
@@ -122,6 +119,14 @@ bad_input cp-world early 'world size 1 is not divisible by tp\(1\) × cp\(2\) ×
     --set parallel.context_parallel_size=2
 bad_input virtual-stages early 'parallel\.virtual_pipeline_stages: schedule 1f1b runs one stage per rank.*got virtual_stages 3.*set it to 1' \
     --set parallel.virtual_pipeline_stages=3
+# Over the memory cap: bad input (exit 64, it exited 1 once the world was built, and `cleave run` restarted it), refused
+# before the world; the refusal says how much is activations and what each recompute mode would need (the default
+# model fits 4 MiB only under full recomputation), and points at `cleave plan`.
+bad_input memory-cap early 'memory: pp rank 0 needs about [0-9.]+ MiB .* but device\.memory_limit is 4\.00 MiB; activations are [0-9.]+ [KM]iB \([0-9]+%\), train\.recompute=selective needs about [0-9.]+ MiB \(activations [0-9.]+ [KM]iB\), train\.recompute=full needs about [0-9.]+ MiB \(activations [0-9.]+ [KM]iB, fits\).*cleave plan CONFIG --world N' \
+    --set device.memory_limit=4MiB
+# More pipeline stages than the model has blocks: the plan cannot be made at this world; bad input before the world.
+bad_input fewer-blocks-one-rank early 'only 5 blocks' --set model.n_layers=1 --set parallel.virtual_pipeline_stages=8 \
+    --set parallel.schedule=interleaved_1f1b
 bad_input virtual-stages-zbv early 'parallel\.virtual_pipeline_stages: schedule zb_v runs exactly 2 chunks per rank' \
     --set parallel.schedule=zb_v --set parallel.virtual_pipeline_stages=3
 # The same under cleave run: refused before any job starts (it launched the job, which failed on every attempt
@@ -151,6 +156,15 @@ run_input run-launcher-empty 'run: --launcher is empty' --slots 1 --launcher "" 
 run_input run-health-check-empty 'run: --health-check is empty' --slots 1 --health-check " " -- "${set_out[@]}"
 run_input run-resume-no-dir '--resume no/such/dir: no such checkpoint directory' --slots 1 -- "${set_out[@]}" \
     --resume no/such/dir
+# A hostfile that is malformed or a directory: bad input (a malformed one exited 1), before any job.
+printf 'node1 slotz=2\n' > hosts_bad.txt
+run_input run-hostfile-malformed "hostfile hosts_bad\.txt line 1: 'node1 slotz=2' is not 'HOST \[slots=N\]' \(unknown word 'slotz=2'\)" \
+    --hostfile hosts_bad.txt -- "${set_out[@]}"
+printf '# no hosts\n' > hosts_empty.txt
+run_input run-hostfile-empty "hostfile hosts_empty\.txt: no slots \(expected lines 'HOST slots=N'\)" --hostfile hosts_empty.txt -- "${set_out[@]}"
+run_input run-hostfile-dir "run: --hostfile a_dir is a directory; give a file of 'HOST slots=N' lines" --hostfile a_dir -- "${set_out[@]}"
+run_input run-out-dir-is-a-file 'train\.out_dir hosts_bad\.txt exists and is not a directory' --slots 1 -- \
+    --set train.out_dir=hosts_bad.txt --set train.steps=2
 mkdir -p held && echo '{"step": 1}' > held/metrics.jsonl
 run_input run-out-dir-holds-run 'run: train.out_dir held already holds a run; nothing was started' --slots 1 -- \
     --set train.out_dir=held --set train.steps=2
@@ -206,6 +220,9 @@ if [ $# -ge 3 ]; then
   world_input world-batch 3 'batch: global_batch_size 8 is not divisible by data-parallel size 3' --set batch.global_batch_size=8
   world_input world-ep 3 'parallel\.expert_model_parallel_size: 2 does not divide the dp × cp = 3 × 1 = 3 ranks.*use expert_model_parallel_size in' \
       --set 'model.type="moe"' --set parallel.expert_model_parallel_size=2
+  # A layout over its memory cap on every rank alike: exit 64 on both, printed once, before the world.
+  world_input memory-cap-pp2 2 'memory: pp rank [01] needs about .* but device\.memory_limit is 1\.00 MiB' \
+      --set parallel.pipeline_model_parallel_size=2 --set device.memory_limit=1MiB
   once error-once-command-line 64 --frobnicate
   mkdir -p held2 && echo '{"step": 1}' > held2/metrics.jsonl
   once error-once-out-dir-holds-run 64 --set train.out_dir=held2 --set train.steps=2
@@ -287,9 +304,10 @@ fi
 # checks its checkpoint.dir at start as any saving run does: a file there, or another run's checkpoints, are bad input
 # before any step (the signal's save found them after the steps it was meant to keep). ck1 untouched.
 printf 'x' > ckfile
-bad_input signal-save-dir-is-a-file late 'checkpoint.dir ckfile exists and is not a directory' \
+# Both are found before the world and the model are built (they were found once both were: "late").
+bad_input signal-save-dir-is-a-file early 'checkpoint.dir ckfile exists and is not a directory' \
   --set checkpoint.interval=0 --set checkpoint.save_final=false --set checkpoint.dir=ckfile
-bad_input signal-save-dir-of-another-run late 'checkpoint.dir ck1/checkpoints already holds checkpoints' \
+bad_input signal-save-dir-of-another-run early 'checkpoint.dir ck1/checkpoints already holds checkpoints' \
   --set checkpoint.interval=0 --set checkpoint.save_final=false --set checkpoint.dir=ck1/checkpoints
 [ "$before" = "$(ck_state)" ] || { echo "FAIL signal-save: ck1's checkpoints changed"; failures=$((failures + 1)); }
 

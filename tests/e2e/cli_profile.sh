@@ -3,7 +3,7 @@
 # collective fits and the waits at meetings, saying where it is on stderr (progress lines, not one per measurement into a log); the cores it
 # ran on are recorded, and a plan for 4 ranks on a 2-core machine's profile warns and prices the sharing; `cleave plan --profile` ranks plans from it and its best plan trains under mpiexec;
 # `cleave simulate --config --profile` reads it. Bad input: an existing --out (left untouched), a tp width
-# that does not divide the heads, a profile of another model, a truncated profile: one clear error each.
+# that does not divide the heads, a micro-batch that does not divide the batch (before any measurement), a profile of another model, a truncated profile: one clear error each.
 # `auto` built from the profile (parallel.auto_schedule_profile) trains to one rank's losses.
 # Usage: cli_profile.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
@@ -147,6 +147,18 @@ grep -q "prof.json exists; not overwriting" again.log || { cat again.log; fail "
 "$cleave" profile tiny.json --out x.json --tp 3 > tp.log 2>&1 && fail "--tp 3 accepted"
 grep -q "\-\-tp 3 does not divide n_heads 4" tp.log || { cat tp.log; fail "tp message"; }
 [ ! -e x.json ] || fail "a refused profile wrote its file"
+# A micro-batch that does not divide the global batch: no plan runs it (train refuses it), so it is bad input (exit 64)
+# before anything is measured (it was timed for minutes without a word), on one rank and on every rank alike.
+"$cleave" profile tiny.json --out x.json --micro-batches 3,4,6 > micro.log 2>&1; status=$?
+[ $status -eq 64 ] || { cat micro.log; fail "--micro-batches 3,4,6 of a global batch of 8: exit $status, expected 64"; }
+grep -q "^error: profile: --micro-batches 3, 6 do not divide the global batch 8 (batch.global_batch_size).*nothing was measured. Give divisors of 8 (up to 32: 1, 2, 4, 8" micro.log \
+  || { cat micro.log; fail "micro-batch message"; }
+! grep -q "GEMM and memory rates\|^profile: tiny.json on" micro.log || { cat micro.log; fail "--micro-batches refused after work"; }
+[ ! -e x.json ] || fail "a refused profile wrote its file"
+"${mpiexec[@]}" -n 2 "$cleave" profile tiny.json --out x.json --micro-batches 5 > micro2.log 2>&1; status=$?
+[ $status -eq 64 ] && [ "$(grep -c 'error: ' micro2.log)" = 1 ] && grep -q "\-\-micro-batches 5 does not divide the global batch 8" micro2.log \
+  || { cat micro2.log; fail "--micro-batches 5 on 2 ranks: exit $status, expected 64 printed once"; }
+[ ! -e x.json ] || fail "a refused profile wrote its file"
 "$cleave" profile tiny.json --out x.json --rounds 0 > rounds.log 2>&1 && fail "--rounds 0 accepted"
 grep -q "\-\-rounds expects a whole number >= 1, got '0'" rounds.log || { cat rounds.log; fail "rounds message"; }
 [ ! -e x.json ] || fail "a refused profile wrote its file"
@@ -159,4 +171,4 @@ grep -q "was measured for another model" other.log || { cat other.log; fail "mis
 head -c 200 prof.json > cut.json
 "$cleave" plan tiny.json --world 2 --profile cut.json > cut.log 2>&1 && fail "truncated profile accepted"
 grep -q "profile cut.json: not valid JSON" cut.log || { cat cut.log; fail "truncated message"; }
-echo "ok   bad input: existing --out kept, --tp 3, another model, truncated file"
+echo "ok   bad input: existing --out kept, --tp 3, --micro-batches that do not divide the batch, another model, truncated file"

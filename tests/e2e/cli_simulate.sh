@@ -71,6 +71,13 @@ out=$("$cleave" simulate --schedule zb_v --stages 100000 --microbatches 8 2>&1);
 out=$("$cleave" simulate --schedule 1f1b --stages 4 --microbatches 100000000 2>&1); status=$?
 [ $status -ne 0 ] && grep -q -- "--microbatches expects a whole number >= 1 and <= 65536" <<<"$out" ||
   fail "huge --microbatches: $status $out"
+# Each within its bound but both at once: the dry run would take hours (1024 x 65536) and was started anyway.
+out=$(timeout 20 "$cleave" simulate --schedule 1f1b --stages 1024 --microbatches 65536 2>&1); status=$?
+[ $status -eq 64 ] && grep -q -- "simulate: --stages 1024 x 1 virtual x --microbatches 65536 = 67108864 stage micro-batches is past 1048576.*Give at most 1024 micro-batches on 1024 stages" <<<"$out" ||
+  fail "huge --stages x --microbatches: $status $out"
+out=$(timeout 20 "$cleave" simulate --schedule zb_v --stages 1024 --microbatches 1024 2>&1); status=$?
+[ $status -eq 64 ] && grep -q -- "--stages 1024 x 2 virtual x --microbatches 1024 = 2097152 stage micro-batches" <<<"$out" ||
+  fail "huge --stages x --virtual x --microbatches: $status $out"
 echo "ok   bad input rejected with one-line errors"
 
 # --auto-schedule-priced: schedule auto searched on the estimate's prices (echoed in --json); refused, naming the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The oversized demo (examples/oversized): one rank is refused before training with the bytes it needs by
-# category against device.memory_limit; the same config on pp 4 x tp 2 = 8 ranks trains and evaluates, and
+# The oversized demo (examples/oversized): one rank is refused before the world is built (bad input, exit 64) with
+# the bytes it needs by category against device.memory_limit; the same config on pp 4 x tp 2 = 8 ranks trains and evaluates, and
 # the largest per-rank peak the allocator measured stays under the cap. Usage: oversized.sh CLEAVE SRC_DIR MPIEXEC [FLAGS...]
 set -u
 cleave=$1; src=$2; shift 2
@@ -13,7 +13,7 @@ cd "$work"
 out=$("$cleave" train "$config" --set parallel.tensor_model_parallel_size=1 \
       --set parallel.pipeline_model_parallel_size=1 --set train.out_dir=single 2>&1)
 status=$?
-if [ $status -eq 0 ] || ! grep -Eq "memory: pp rank 0 needs about .*parameters .*optimizer_state .*activations .*device.memory_limit is 96.00 MiB" <<<"$out" || [ -e single ]; then
+if [ $status -ne 64 ] || grep -q "comm backend" <<<"$out" || ! grep -Eq "memory: pp rank 0 needs about .*parameters .*optimizer_state .*activations .*device.memory_limit is 96.00 MiB" <<<"$out" || [ -e single ]; then
   echo "FAIL one rank: status $status, output: $out"; exit 1
 fi
 echo "ok   one rank refused: $out"

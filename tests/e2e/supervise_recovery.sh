@@ -32,7 +32,8 @@
 #            cut short while the job is down (the supervisor's quick check sees it) stops the job before the restart
 #            with the message the trainer gives for it (no "restarting from step 0"); bad input (exit 64): the config
 #            edited while the job is down to hold an unknown key stops the job at the restart; a typo in
-#            --allow-config-change is refused by the trainer before any work and by cleave run before any job.
+#            --allow-config-change is refused by the trainer before any work and by cleave run before any job; a config
+#            over its own device.memory_limit stops the job after its first attempt (the trainer refuses it before the world).
 # usage: supervise_recovery.sh SCENARIO CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
 scenario=$1
@@ -418,7 +419,16 @@ SH
   [ $rc = 64 ] && grep -q "unknown key optimizer.lrr (did you mean optimizer.lr?)" set.log || { cat set.log; fail "an unknown --set key: exit $rc"; }
   "$cleave" train tiny.json --set train.out_dir=typo --resum auto > opt.log 2>&1; rc=$?
   [ $rc = 64 ] && grep -q "unknown option '--resum' (did you mean --resume?)" opt.log || { cat opt.log; fail "an unknown option: exit $rc"; }
-  echo "ok   cure: a refused config change (exit 78), every checkpoint cut short (quick check), an unknown key in the edited config and a typo in --allow-config-change (exit 64) stop the job at once"
+  # A config over its own memory cap (bad input, exit 64): the trainer refuses it before the world, and the supervisor
+  # stops after the first attempt (it exited 1, and the same layout was restarted until the budget was spent).
+  timed sup --slots 2 --max-restarts 3 -- tiny.json "${pp2[@]}" --set train.out_dir=cap --set device.memory_limit=64KiB \
+    > cap.log 2>&1; rc=$?
+  [ $rc = 64 ] || { cat cap.log; fail "a config over its memory cap: cleave run exited $rc, not the job's 64"; }
+  grep -q "run: giving up at once, a restart cannot cure this (0 of --max-restarts 3 restarts made, the rest not spent): bad input: .*memory: pp rank [01] needs about .* but device.memory_limit is 64.00 KiB" cap.log \
+    || { cat cap.log; fail "a config over its memory cap: the supervisor's message"; }
+  [ "$(field cap/supervisor/supervisor.json 'len(d["attempts"])')" = 1 ] || { cat cap.log; fail "a config over its memory cap: restarted"; }
+  ! grep -q "comm backend" cap/supervisor/attempt_1.log 2>/dev/null || fail "a config over its memory cap: the world was built first"
+  echo "ok   cure: a refused config change (exit 78), every checkpoint cut short (quick check), an unknown key in the edited config, a typo in --allow-config-change and a config over its memory cap (exit 64) stop the job at once"
   ;;
 sigterm)
   sed 's/"steps": 12/"steps": 100000/' tiny.json > long.json

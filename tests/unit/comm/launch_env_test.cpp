@@ -80,15 +80,31 @@ TEST(LaunchEnv, DuplicateOrMissingClaimsFallBackToHostPosition) {
 TEST(LaunchEnv, DeviceSelection) {
   EXPECT_EQ(select_device({3, 4, "x"}, 4, "node1", ""), 3);
   EXPECT_EQ(select_device({3, 4, "x"}, 1, "node1", "5"), 0);  // one GPU bound per rank
+  // srun --gpus-per-task=2: local rank 3 sees its own two GPUs (it was refused: "local rank 3 has no GPU of its own").
+  EXPECT_EQ(select_device({3, 4, "SLURM_LOCALID"}, 2, "node1", "6,7"), 1);
+  EXPECT_EQ(select_device({2, 4, "SLURM_LOCALID"}, 2, "node1", "4,5"), 0);
   try {
-    select_device({4, 8, "OMPI_COMM_WORLD_LOCAL_RANK"}, 4, "node1", "0,1,2,3");
-    FAIL() << "local rank 4 with 4 devices accepted";
+    select_device({0, 1, "x"}, 0, "node1", "");
+    FAIL() << "no device accepted";
   } catch (const Error& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("host node1: local rank 4 (from OMPI_COMM_WORLD_LOCAL_RANK)"), std::string::npos) << m;
-    EXPECT_NE(m.find("4 devices visible (CUDA_VISIBLE_DEVICES='0,1,2,3')"), std::string::npos) << m;
+    EXPECT_NE(std::string(e.what()).find("host node1: no CUDA device is visible (CUDA_VISIBLE_DEVICES='')"),
+              std::string::npos)
+        << e.what();
   }
-  EXPECT_THROW(select_device({0, 1, "x"}, 0, "node1", ""), Error);
+}
+
+TEST(LaunchEnv, GpuOfLocalRankIsTheLocalRankModTheVisibleGpus) {
+  for (int visible = 1; visible <= 8; ++visible) {
+    for (int local = 0; local < 16; ++local) {
+      const int gpu = gpu_of_local_rank(local, visible);
+      EXPECT_GE(gpu, 0);
+      EXPECT_LT(gpu, visible);
+      EXPECT_EQ(gpu, local % visible) << "local rank " << local << ", " << visible << " GPUs";
+      if (local < visible) {
+        EXPECT_EQ(gpu, local) << "torchrun's rule: cuda:LOCAL_RANK";
+      }
+    }
+  }
 }
 
 // The records the NCCL world's probe compares (nccl_world.cpp): each rank's host and the PCI bus id of the device
@@ -129,15 +145,62 @@ TEST(GpuOwnership, RanksSharingOneGpuAreNamedWithTheGpuAndHost) {
   EXPECT_TRUE(gpu_ownership(std::vector<GpuRecord>{records[0], records[3]}).own);
 }
 
-TEST(GpuOwnership, MoreRanksThanVisibleGpusNamesTheRankWithoutOne) {
+TEST(GpuOwnership, MoreRanksThanTheGpusTheyAllSeeAreNamedSharing) {
+  // mpirun -np 3 on a node whose two GPUs every rank sees: rank 2 wraps round to the first (it was refused on its
+  // own before the comparison; the comparison names the pair now).
   const std::vector<std::string> bus{"0000:01:00.0", "0000:02:00.0"};
   std::vector<GpuRecord> records;
   for (int l = 0; l < 3; ++l) records.push_back(record_of({l, 3, "OMPI_COMM_WORLD_LOCAL_RANK"}, 2, bus, "n1"));
   const GpuOwnership verdict = gpu_ownership(records);
   EXPECT_FALSE(verdict.own);
-  EXPECT_NE(verdict.detail.find("rank 2 has no GPU of its own (host n1: local rank 2"), std::string::npos)
+  EXPECT_EQ(verdict.detail, "ranks 0 and 2 share GPU 0000:01:00.0 on host n1");
+}
+
+TEST(GpuOwnership, RankWithoutAGpuIsNamed) {
+  std::vector<GpuRecord> records{record_of({0, 2, "x"}, 1, {"0000:01:00.0"}, "n1"),
+                                 record_of({1, 2, "x"}, 0, {}, "n1")};
+  const GpuOwnership verdict = gpu_ownership(records);
+  EXPECT_FALSE(verdict.own);
+  EXPECT_NE(verdict.detail.find("rank 1 has no GPU of its own (host n1: no CUDA device is visible"), std::string::npos)
       << verdict.detail;
-  EXPECT_NE(verdict.detail.find("2 devices visible"), std::string::npos) << verdict.detail;
+}
+
+// Recorded launches with k GPUs bound to each rank: what each rank's CUDA_VISIBLE_DEVICES lists (physical GPU
+// indices, the bus ids below), the launcher's local rank, and the physical GPU the rank must land on (one of its
+// own, every rank's distinct), so NCCL's probe finds every GPU owned.
+struct BoundLaunch {
+  const char* what;
+  int ranks_per_node;
+  std::vector<std::vector<int>> visible;  // per local rank: the physical GPUs it sees
+  std::vector<int> expected;              // per local rank: the physical GPU it takes
+};
+
+TEST(GpuOwnership, KGpusBoundPerRankEachRankTakesOneOfItsOwn) {
+  const std::vector<BoundLaunch> launches{
+      {"srun --ntasks-per-node=4 --gpus-per-task=2 (8 GPUs)", 4, {{0, 1}, {2, 3}, {4, 5}, {6, 7}}, {0, 3, 4, 7}},
+      {"srun --ntasks-per-node=2 --gpus-per-task=4 (8 GPUs)", 2, {{0, 1, 2, 3}, {4, 5, 6, 7}}, {0, 5}},
+      {"srun --ntasks-per-node=8 --gpus-per-task=1", 8, {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}, {0, 1, 2, 3, 4, 5, 6, 7}},
+      {"wrapper: CUDA_VISIBLE_DEVICES=$((2*L)),$((2*L+1)), 3 ranks", 3, {{0, 1}, {2, 3}, {4, 5}}, {0, 3, 4}},
+      {"torchrun --nproc-per-node=8: every rank sees all 8", 8,
+       std::vector<std::vector<int>>(8, {0, 1, 2, 3, 4, 5, 6, 7}), {0, 1, 2, 3, 4, 5, 6, 7}},
+      {"mpirun -np 4 on an 8-GPU node: every rank sees all 8", 4, std::vector<std::vector<int>>(4, {0, 1, 2, 3, 4, 5, 6, 7}),
+       {0, 1, 2, 3}},
+  };
+  const auto bus_of = [](int physical) { return fmt::format("0000:{:02x}:00.0", 0x10 + physical); };
+  for (const BoundLaunch& launch : launches) {
+    std::vector<GpuRecord> records;
+    for (const char* host : {"n1", "n2"}) {
+      for (int l = 0; l < launch.ranks_per_node; ++l) {
+        std::vector<std::string> bus;
+        for (int physical : launch.visible[static_cast<std::size_t>(l)]) bus.push_back(bus_of(physical));
+        records.push_back(record_of({l, launch.ranks_per_node, "SLURM_LOCALID"}, static_cast<int>(bus.size()), bus, host));
+        EXPECT_EQ(records.back().gpu, bus_of(launch.expected[static_cast<std::size_t>(l)]))
+            << launch.what << ", local rank " << l << ": " << records.back().error;
+      }
+    }
+    const GpuOwnership verdict = gpu_ownership(records);
+    EXPECT_TRUE(verdict.own) << launch.what << ": " << verdict.detail;
+  }
 }
 
 TEST(GpuOwnership, FewerRanksThanVisibleGpusIsOwn) {

@@ -1,58 +1,61 @@
-// rank_gpu (engine/train/rank_setup.hpp): which CUDA device a rank trains on, from its local rank, the node's rank
-// count, the GPUs it sees and whether the world lets ranks share a GPU. Pure: no GPU, no MPI.
+// rank_gpu (engine/train/rank_setup.hpp): which CUDA device a rank trains on, from its local rank and the GPUs it
+// sees, on the launches users run (mpirun, torchrun, srun with 1, 2 or 4 GPUs per task). Pure: no GPU, no MPI.
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
+#include "engine/comm/launch_env.hpp"
 #include "engine/core/error.hpp"
 #include "engine/train/rank_setup.hpp"
 
 namespace cleave::train {
 namespace {
 
-std::string error_of(const GpuPlacement& p) {
-  try {
-    rank_gpu(p);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "accepted: local rank " << p.local_rank << " of " << p.local_size << ", " << p.visible_gpus
-                << " GPUs";
-  return "";
-}
-
-TEST(RankGpu, OneVisibleGpuPerRankUnderNccl) {
+TEST(RankGpu, OneVisibleGpuPerRank) {
   // srun --gpus-per-task=1: 8 ranks on the node, each sees its own GPU as cuda:0 (the NCCL world checked that the
-  // GPUs are distinct before it was made).
-  for (int l = 0; l < 8; ++l) EXPECT_EQ(rank_gpu({l + 8, l, 8, 1, /*gpus_shared=*/false}), 0);
+  // GPUs are distinct before it was made); the staged world's ranks sharing one GPU land on it alike.
+  for (int l = 0; l < 8; ++l) EXPECT_EQ(rank_gpu({l + 8, l, 1}), 0);
 }
 
-TEST(RankGpu, FewerRanksThanGpusTakeTheirLocalRank) {
-  for (int l = 0; l < 4; ++l) EXPECT_EQ(rank_gpu({l, l, 4, 8, false}), l);
-  EXPECT_EQ(rank_gpu({0, 0, 1, 8, false}), 0);
-  EXPECT_EQ(rank_gpu({3, 3, 8, 8, false}), 3);
+TEST(RankGpu, EveryGpuOfTheNodeVisibleTakesTheLocalRank) {
+  // torchrun --nproc-per-node=8, mpirun -np 4 on an 8-GPU node: torchrun's cuda:LOCAL_RANK.
+  for (int l = 0; l < 8; ++l) EXPECT_EQ(rank_gpu({l, l, 8}), l);
+  for (int l = 0; l < 4; ++l) EXPECT_EQ(rank_gpu({l + 4, l, 8}), l);
 }
 
-TEST(RankGpu, MoreRanksThanGpusNeedTheStagedWorld) {
-  const std::string m = error_of({5, 5, 8, 4, false});
-  EXPECT_NE(m.find("8 ranks on this node but 4 GPUs visible to rank 5"), std::string::npos) << m;
-  EXPECT_NE(m.find("launch at most 4 ranks per node"), std::string::npos) << m;
-  EXPECT_NE(m.find("--gpus-per-task=1"), std::string::npos) << m;
-  EXPECT_NE(m.find("parallel.comm_backend \"mpi\""), std::string::npos) << m;
-  // The staged world shares: local rank mod GPUs.
-  EXPECT_EQ(rank_gpu({5, 5, 8, 4, true}), 1);
-  EXPECT_EQ(rank_gpu({7, 7, 8, 4, true}), 3);
+TEST(RankGpu, KGpusBoundPerRankTakesOneOfItsOwn) {
+  // srun --ntasks-per-node=4 --gpus-per-task=2: each rank sees its own two GPUs as cuda:0 and cuda:1. Local ranks
+  // 2 and 3 were refused ("4 ranks on this node but 2 GPUs visible"); each now takes one of its own.
+  const std::vector<int> two{0, 1, 0, 1};
+  for (int l = 0; l < 4; ++l) EXPECT_EQ(rank_gpu({l, l, 2}), two[static_cast<std::size_t>(l)]) << "local rank " << l;
+  // --ntasks-per-node=2 --gpus-per-task=4.
+  EXPECT_EQ(rank_gpu({0, 0, 4}), 0);
+  EXPECT_EQ(rank_gpu({1, 1, 4}), 1);
+  // Without a launcher's local rank the world rank stands in (one node holds the world): Megatron's rank % GPUs.
+  EXPECT_EQ(rank_gpu({9, 9, 8}), 1);
 }
 
-TEST(RankGpu, RanksSharingOneGpuInTheStagedWorld) {
-  for (int l = 0; l < 4; ++l) EXPECT_EQ(rank_gpu({l, l, 4, 1, true}), 0);
+TEST(RankGpu, AgreesWithTheNcclProbe) {
+  // The NCCL world compares the GPUs select_device picks; the trainer must run on the same one.
+  for (int visible = 1; visible <= 8; ++visible) {
+    for (int l = 0; l < 16; ++l) {
+      EXPECT_EQ(rank_gpu({l, l, visible}), comm::select_device({l, 16, "x"}, visible, "n1", ""))
+          << "local rank " << l << ", " << visible << " GPUs";
+    }
+  }
 }
 
 TEST(RankGpu, NoVisibleGpuIsRefused) {
-  const std::string m = error_of({2, 0, 1, 0, false});
-  EXPECT_NE(m.find("rank 2 sees no CUDA device"), std::string::npos) << m;
-  EXPECT_NE(m.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << m;
-  error_of({0, 0, 1, 0, true});
+  try {
+    rank_gpu({2, 0, 0});
+    FAIL() << "a rank without a GPU was placed";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("rank 2 sees no CUDA device"), std::string::npos) << m;
+    EXPECT_NE(m.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << m;
+    EXPECT_NE(m.find("device.type \"cpu\""), std::string::npos) << m;
+  }
 }
 
 }  // namespace

@@ -37,8 +37,9 @@ struct Command {
 // command's unknown option is.
 int run_version(int argc, char** argv) {
   if (argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
-    std::printf("usage: cleave version\n\nPrints the version, the compiled backends, the CPU and its kernels, and the "
-                "runtime settings cleave made (threads, wait policy). Takes no options.\n");
+    std::printf("usage: cleave version\n\nPrints the version, the compiled backends, the CPU and its kernels, the GEMM "
+                "library per dtype under device.blas auto, and the runtime settings cleave made (threads, wait "
+                "policy). Takes no options.\n");
     return 0;
   }
   CLEAVE_CHECK_INPUT(argc <= 1, "version: takes no arguments, got '{}' (cleave version, or cleave --version)", argv[1]);
@@ -46,6 +47,7 @@ int run_version(int argc, char** argv) {
               CLEAVE_WITH_CUDA ? "compiled" : "not compiled");
   // The CPU and the kernels in use (engine/core/cpu_features.hpp, kernels/cpu/blas_coretype.hpp).
   std::printf("cpu: %s\n", cleave::cli::describe_cpu_runtime().first.c_str());
+  std::printf("gemm: %s\n", cleave::cli::describe_cpu_gemm().c_str());  // kernels/ops/cpu_blas.hpp
   std::printf("runtime: %s\n", cleave::cli::describe_runtime_env().c_str());
   return 0;
 }

@@ -12,6 +12,7 @@
 #include "engine/core/log.hpp"
 #include "kernels/cpu/blas_coretype.hpp"
 #include "kernels/cpu/blas_runtime.hpp"
+#include "kernels/ops/ops.hpp"
 
 namespace cleave::cli {
 namespace kc = kernels::cpu;
@@ -47,6 +48,11 @@ std::pair<std::string, bool> describe_cpu_runtime() {
   // In a process that did not go through apply_runtime_env (exec failed), a kSetCoretype means "not applied".
   const bool warns = blas.action != kc::BlasCoretypeAction::kKeep;
   return {fmt::format("{} | {} (core {}): {}", describe_cpu(in.cpu), in.blas_config, in.core_name, blas.message), warns};
+}
+
+std::string describe_cpu_gemm() {
+  return fmt::format("{} | device.blas in this build: {}", ops::cpu_gemm_description(ops::CpuBlas::kAuto),
+                     ops::cpu_blas_available());
 }
 
 std::string describe_runtime_env() {

@@ -50,8 +50,13 @@ void apply_runtime_env(char** argv);
 // What `cleave version`, the run log and run.json say about the CPU and the kernels: "<describe_cpu> | OpenBLAS
 // ... (core X): <the BLAS check's message>". The second element is true when the check warns.
 std::pair<std::string, bool> describe_cpu_runtime();
-// What apply_runtime_env set and why ("set by cleave: OMP_WAIT_POLICY=active (1 rank(s) x 2 thread(s) on 2
-// core(s): ...)"), or the wait policy found in the environment.
+// What `cleave version` says about the GEMMs: ops::cpu_gemm_description for device.blas auto (the default; a run
+// logs its own device.blas: engine/train/train_loop.cpp) and the device.blas values this build accepts, e.g.
+// "f32 onednn, bf16 onednn widened to f32 (device.blas auto): oneDNN 2.6.3 (isa avx512_core) | device.blas in
+// this build: auto, openblas, onednn".
+std::string describe_cpu_gemm();
+// What apply_runtime_env set and why ("set by cleave: OMP_WAIT_POLICY=active (1 rank x 2 threads on 2
+// cores, ...)"), or the wait policy found in the environment.
 std::string describe_runtime_env();
 
 class CommandRuntime {

@@ -281,6 +281,7 @@ std::string layout_section(const RunSummary& s) {
   html += row("batch", s.batch);
   if (!s.cpu.empty()) html += row("cpu (rank 0)", s.cpu);
   if (!s.cpu_kernels.empty()) html += row("cpu kernels", s.cpu_kernels);
+  if (!s.cpu_gemm.description.empty()) html += row("cpu gemm", s.cpu_gemm.description);
   const bool cp = has_cp(s), ep = has_ep(s);
   html += fmt::format("</table>\n<p></p><table>\n<tr><th>world rank</th><th>tp rank</th>{}<th>dp rank</th>{}"
                       "<th>pp rank</th><th class=\"l\">stages held</th></tr>\n",

@@ -19,6 +19,10 @@ std::string to_json_text(const RunSummary& s) {
   j["memory_limit"] = s.memory_limit;
   j["cpu"] = s.cpu;
   j["cpu_kernels"] = s.cpu_kernels;
+  if (!s.cpu_gemm.device_blas.empty()) {
+    j["cpu_gemm"] = {{"device_blas", s.cpu_gemm.device_blas}, {"f32", s.cpu_gemm.f32}, {"bf16", s.cpu_gemm.bf16},
+                     {"bf16_kernels", s.cpu_gemm.bf16_kernels}, {"description", s.cpu_gemm.description}};
+  }
   j["model_flops_per_step"] = s.model_flops_per_step;
   j["peak_flops_per_rank"] = s.peak_flops_per_rank;
   j["peak_source"] = s.peak_source;
@@ -75,6 +79,11 @@ RunSummary parse_run_summary(const std::string& text, const std::string& path) {
     s.memory_limit = j.value("memory_limit", std::int64_t{0});
     s.cpu = j.value("cpu", std::string());
     s.cpu_kernels = j.value("cpu_kernels", std::string());
+    if (j.contains("cpu_gemm")) {
+      const auto& g = j.at("cpu_gemm");
+      s.cpu_gemm = {g.at("device_blas").get<std::string>(), g.value("f32", ""), g.value("bf16", ""),
+                    g.value("bf16_kernels", false), g.value("description", "")};
+    }
     s.model_flops_per_step = j.value("model_flops_per_step", 0.0);
     s.peak_flops_per_rank = j.value("peak_flops_per_rank", 0.0);
     s.peak_source = j.value("peak_source", "");

@@ -44,6 +44,20 @@ struct ResumeRecord {
   std::vector<ConfigChangeRecord> config_changes;
 };
 
+// World rank 0's CPU GEMM libraries on a run with device.type cpu (kernels/ops/cpu_blas.hpp's rule, resolved on that
+// rank's CPU: ops::resolved_cpu_gemms and ops::cpu_gemm_description). Empty (device_blas "") on a cuda run and in a
+// run.json written before it was recorded.
+struct CpuGemmRecord {
+  std::string device_blas;    // the config's device.blas: "auto", "openblas", "blis", "onednn"
+  std::string f32;            // the library f32 operands run on: "openblas", "blis", "onednn"
+  std::string bf16;           // the library bf16 operands run on
+  bool bf16_kernels = false;  // bf16 operands run on the library's bf16 kernels (false: widened to f32 first)
+  // "f32 onednn, bf16 onednn on bf16 kernels (device.blas auto): oneDNN 2.6.3 (isa avx512_core_bf16)", as
+  // `cleave version` and the run log say it
+  std::string description;
+  friend bool operator==(const CpuGemmRecord&, const CpuGemmRecord&) = default;
+};
+
 struct RunSummary {
   int world_size = 1;
   std::string grid;        // "tp=1 dp=2 pp=2 (world 4)"
@@ -58,6 +72,7 @@ struct RunSummary {
   // run.json written before they were recorded.
   std::string cpu;
   std::string cpu_kernels;
+  CpuGemmRecord cpu_gemm;  // which library runs the GEMMs (cpu_kernels names OpenBLAS whichever does)
   std::vector<std::string> categories;
   std::vector<RankSummary> ranks;
   std::vector<ResumeRecord> resumes;  // every resume of this run directory, oldest first

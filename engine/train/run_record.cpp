@@ -15,6 +15,14 @@
 
 namespace cleave::train {
 
+report::CpuGemmRecord cpu_gemm_record(const config::RunConfig& config) {
+  if (config.device.type != DeviceType::kCpu) return {};
+  const ops::CpuGemmChoices choices = ops::resolved_cpu_gemms(config.device.blas);
+  return {std::string(enum_name(choices.requested)), std::string(enum_name(choices.f32.library)),
+          std::string(enum_name(choices.bf16.library)), choices.bf16.bf16_kernels,
+          ops::cpu_gemm_description(config.device.blas)};
+}
+
 report::RunSummary gather_run_summary(RankSetup& s) {
   // One row of int64 per rank: tp, cp, dp, ep, pp, peak_total, peak per category, stage count, stages.
   const MemoryStats stats = s.allocator->stats();
@@ -39,6 +47,7 @@ report::RunSummary gather_run_summary(RankSetup& s) {
   summary.memory_limit = s.config.device.memory_limit;
   summary.cpu = describe_cpu(read_cpu_features());
   summary.cpu_kernels = ops::cpu_blas_description();
+  summary.cpu_gemm = cpu_gemm_record(s.config);
   for (int c = 0; c < kNumMemoryCategories; ++c) {
     summary.categories.emplace_back(memory_category_name(static_cast<MemoryCategory>(c)));
   }

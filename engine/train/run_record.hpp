@@ -12,6 +12,9 @@ namespace cleave::train {
 
 // Gathered onto every rank (collective over the world).
 report::RunSummary gather_run_summary(RankSetup& setup);
+// run.json's cpu_gemm for `config` in this process: ops::resolved_cpu_gemms(device.blas) by name, with
+// ops::cpu_gemm_description; empty unless device.type is cpu (a cuda run's GEMMs are cuBLAS's).
+report::CpuGemmRecord cpu_gemm_record(const config::RunConfig& config);
 // World rank 0 writes it as `directory`/run.json.
 void write_run_summary(const report::RunSummary& summary, const std::string& directory);
 

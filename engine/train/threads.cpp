@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "engine/comm/launch_env.hpp"
+#include "engine/core/english.hpp"
 #include "kernels/ops/ops.hpp"
 
 namespace cleave::train {
@@ -62,8 +63,9 @@ WaitPolicyChoice choose_omp_wait_policy(int ranks_on_node, int threads, int core
       static_cast<long long>(std::max(1, ranks_on_node)) * std::max(1, threads) + std::max(0, busy_elsewhere);
   const bool shared = demand > std::max(1, cores);
   return {shared ? OmpWaitPolicy::kPassive : OmpWaitPolicy::kActive,
-          fmt::format("{} rank(s) x {} thread(s) on {} core(s), {} busy elsewhere at start: {}",
-                      std::max(1, ranks_on_node), std::max(1, threads), std::max(1, cores), std::max(0, busy_elsewhere),
+          fmt::format("{} x {} on {}, {} busy elsewhere at start: {}", count_of(std::max(1, ranks_on_node), "rank"),
+                      count_of(std::max(1, threads), "thread"), count_of(std::max(1, cores), "core"),
+                      count_of(std::max(0, busy_elsewhere), "thread"),
                       shared ? "cores shared, idle threads sleep" : "no core shared, idle threads spin")};
 }
 
@@ -108,9 +110,9 @@ ThreadPlacement place_threads_for_node() {
   p.oversubscribed = p.ranks_on_node > p.cores;
   const int threads = threads_per_rank(usable, v.online, p.ranks_on_node, v.forced);
   if (p.oversubscribed) {
-    p.binding = fmt::format("not pinned ({} ranks, {} cores)", p.ranks_on_node, p.cores);
+    p.binding = fmt::format("not pinned ({}, {})", count_of(p.ranks_on_node, "rank"), count_of(p.cores, "core"));
   } else if (usable < p.cores) {
-    p.binding = fmt::format("bound by the launcher to {} core(s)", usable);
+    p.binding = fmt::format("bound by the launcher to {}", count_of(usable, "core"));
   } else {
     const int first = p.local_rank * threads;
     cpu_set_t mine;
@@ -123,7 +125,8 @@ ThreadPlacement place_threads_for_node() {
                                : fmt::format("pinned to cores {}-{}", cpus[static_cast<std::size_t>(first)],
                                              cpus[static_cast<std::size_t>(first + threads - 1)]);
     } else {
-      p.binding = fmt::format("not pinned ({} ranks x {} threads on {} cores)", p.ranks_on_node, threads, usable);
+      p.binding = fmt::format("not pinned ({} x {} on {})", count_of(p.ranks_on_node, "rank"),
+                              count_of(threads, "thread"), count_of(usable, "core"));
     }
   }
   ops::configure_cpu_threads(threads);

@@ -38,7 +38,7 @@ struct ThreadPlacement {
   int local_rank = 0;
   int threads = 1;             // the CPU kernels' thread count
   bool oversubscribed = false; // ranks_on_node > cores
-  std::string binding;         // "pinned to cores 2-3", "bound by the launcher to 1 core(s)", "not pinned (...)"
+  std::string binding;         // "pinned to cores 2-3", "bound by the launcher to 1 core", "not pinned (...)"
 };
 
 // The thread count the rule gives (pure): `usable` = cores this process may run on (its affinity mask),
@@ -55,7 +55,7 @@ constexpr std::array<EnumName<OmpWaitPolicy>, 2> enum_names(OmpWaitPolicy) {
 // kPassive. busy_elsewhere: threads of other processes that were runnable at start. Pure.
 struct WaitPolicyChoice {
   OmpWaitPolicy policy = OmpWaitPolicy::kPassive;
-  std::string reason;  // "1 rank(s) x 2 thread(s) on 2 core(s), 0 busy elsewhere: no core shared, ..."
+  std::string reason;  // "1 rank x 2 threads on 2 cores, 0 threads busy elsewhere at start: no core shared, ..."
 };
 WaitPolicyChoice choose_omp_wait_policy(int ranks_on_node, int threads_per_rank, int cores, int busy_elsewhere);
 

@@ -125,7 +125,8 @@ struct RunOutputs {
   }
 };
 
-// The run's first log lines: the layout, model, batch and data, then the throughput arithmetic.
+// The run's first log lines: the layout, model, batch and data, then the throughput arithmetic and, on the CPU, the
+// GEMM libraries.
 void log_run_start(const RankSetup& s, const Throughput& throughput, const DataSource& train_data,
                    const PeakFlops& peak) {
   const auto& cfg = s.config;
@@ -143,6 +144,9 @@ void log_run_start(const RankSetup& s, const Throughput& throughput, const DataS
             throughput.model_flops_per_step, s.world.size(), s.world.size() == 1 ? "" : "s",
             peak.per_rank > 0 ? "MFU against the " + peak.source
                               : std::string("no MFU without a peak (cleave train --profile FILE)"));
+  // Which library runs the GEMMs (device.blas resolved on this CPU; run.json's cpu_gemm says the same).
+  const report::CpuGemmRecord gemm = cpu_gemm_record(cfg);
+  if (!gemm.description.empty()) log::info("gemm: {}", gemm.description);
   // Keys accepted that do nothing in this mode by their field's convention (docs/config.md): said once each.
   for (const std::string& note : config::keys_without_effect(cfg)) log::warn("{}", note);
   // Keys that do nothing in this layout (one stage, one rank, no replica to reduce or shard over): said once each.

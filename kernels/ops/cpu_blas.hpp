@@ -6,11 +6,14 @@
 // when it is built, else OpenBLAS. bf16 operands run oneDNN's bf16 kernels only where its ISA detection reports
 // bf16 instructions (avx512_bf16, AMX); elsewhere they are widened to f32 first (oneDNN's bf16 without those
 // instructions is emulated). Invariant: choose_cpu_gemm never returns kAuto, never a library that is not
-// built, and asks for bf16 kernels only from oneDNN on bf16 instructions.
+// built, and asks for bf16 kernels only from oneDNN on bf16 instructions. What a run reports about its GEMMs
+// (`cleave version`, the run log, run.json's cpu_gemm) is choose_cpu_gemms' answer worded by describe_cpu_gemms:
+// the reports read the rule, they never restate it.
 #pragma once
 
 #include <array>
 #include <string>
+#include <vector>
 
 #include "cleave/config.hpp"
 #include "engine/core/enum_names.hpp"
@@ -74,6 +77,34 @@ constexpr CpuGemmChoice choose_cpu_gemm(CpuBlas requested, bool bf16_operands, c
   }
   const bool bf16_kernels = bf16_operands && library == CpuBlas::kOneDnn && facts.onednn_bf16_instructions;
   return {library, bf16_kernels};
+}
+
+// The choice for each operand dtype of a run with device.blas `requested`: choose_cpu_gemm for f32 and for bf16.
+struct CpuGemmChoices {
+  CpuBlas requested = CpuBlas::kAuto;
+  CpuGemmChoice f32;
+  CpuGemmChoice bf16;
+  friend constexpr bool operator==(const CpuGemmChoices&, const CpuGemmChoices&) = default;
+};
+
+constexpr CpuGemmChoices choose_cpu_gemms(CpuBlas requested, const CpuBlasFacts& facts) {
+  return {requested, choose_cpu_gemm(requested, false, facts), choose_cpu_gemm(requested, true, facts)};
+}
+
+// The libraries the choices run on, each once, f32's first (the libraries whose versions a report names).
+inline std::vector<CpuBlas> cpu_gemm_libraries(const CpuGemmChoices& choices) {
+  std::vector<CpuBlas> libraries{choices.f32.library};
+  if (choices.bf16.library != choices.f32.library) libraries.push_back(choices.bf16.library);
+  return libraries;
+}
+
+// "f32 onednn, bf16 onednn on bf16 kernels (device.blas auto)"; bf16 operands on a library without bf16 kernels
+// read "bf16 openblas widened to f32".
+inline std::string describe_cpu_gemms(const CpuGemmChoices& choices) {
+  std::string text = "f32 " + std::string(enum_name(choices.f32.library)) + ", bf16 " +
+                     std::string(enum_name(choices.bf16.library));
+  text += choices.bf16.bf16_kernels ? " on bf16 kernels" : " widened to f32";
+  return text + " (device.blas " + std::string(enum_name(choices.requested)) + ")";
 }
 
 }  // namespace cleave::ops

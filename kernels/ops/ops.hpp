@@ -423,7 +423,8 @@ void check_device_status(const Context& ctx);
 
 // ---- Process-wide CPU runtime (the only knobs that are not per run) ----------------------------------------
 // OpenMP/OpenBLAS threads for every CPU kernel (kernels/cpu/blas_runtime.hpp): set once at start-up, from
-// the main thread. cpu_blas_description(): the loaded BLAS and its core type, for logs.
+// the main thread. cpu_blas_description(): the loaded OpenBLAS and its core type, for logs (which library runs the
+// GEMMs: cpu_gemm_description below).
 void configure_cpu_threads(int threads);
 int cpu_threads();  // OpenMP threads the CPU kernels use now
 std::string cpu_blas_description();
@@ -432,5 +433,12 @@ std::string cpu_blas_description();
 // process's facts: the libraries built, oneDNN's bf16 instructions). The memory plan reads it (the widened
 // operands are workspace), resolved before the plan is made.
 CpuGemmChoice resolved_cpu_gemm(CpuBlas requested, bool bf16_operands);
+// Both operand dtypes at once (cpu_blas.hpp's choose_cpu_gemms on the same facts).
+CpuGemmChoices resolved_cpu_gemms(CpuBlas requested);
+// What the GEMMs of a run with device.blas `requested` run on, for `cleave version`, the run log and run.json:
+// describe_cpu_gemms of resolved_cpu_gemms, then each library's version and what it picked on this CPU
+// (kernels::cpu::gemm_backend_description), e.g. "f32 onednn, bf16 onednn on bf16 kernels (device.blas auto):
+// oneDNN 2.6.3 (isa avx512_core_bf16)".
+std::string cpu_gemm_description(CpuBlas requested);
 
 }  // namespace cleave::ops

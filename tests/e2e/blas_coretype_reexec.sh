@@ -3,7 +3,8 @@
 # made to look like issue 39's by a preloaded openblas_get_corename that answers "Prescott" until
 # OPENBLAS_CORETYPE is set: `cleave` sets OPENBLAS_CORETYPE, re-executes once and reports the kernels it got;
 # CLEAVE_BLAS_CORETYPE=keep and a user's OPENBLAS_CORETYPE are respected (with a warning); under mpiexec -n 2
-# both ranks re-execute before MPI_Init, the job trains, and rank 0 says it once. A CPU without AVX has nothing
+# both ranks re-execute before MPI_Init, the job trains, rank 0 says it once and run.json's cpu_kernels names the
+# corrected kernels `cleave version` names. A CPU without AVX has nothing
 # better than Prescott: then the check must keep it.
 # Usage: blas_coretype_reexec.sh CLEAVE FAKE_CORENAME_SO MPIEXEC [FLAGS...]
 set -u
@@ -35,5 +36,14 @@ grep -q 'from OPENBLAS_CORETYPE=Prescott in the environment, older than' user.tx
 "${mpiexec[@]}" -n 2 -x LD_PRELOAD="$fake" "$cleave" train --set train.steps=2 --set train.out_dir=run \
   --set train.report=false > mpi.log 2>&1 || { cat mpi.log; fail "mpiexec -n 2 train after the re-exec"; }
 [ "$(grep -c 'set by Cleave (OPENBLAS_CORETYPE=' mpi.log)" = 1 ] || { cat mpi.log; fail "not said once by rank 0"; }
-grep -q '"cpu_kernels"' run/run.json || fail "run.json has no cpu_kernels"
+# run.json's cpu_kernels is the corrected kernels rank 0 ran with: the BLAS and core `cleave version` names after its
+# re-exec (the same preload, the same correction), not the Prescott the library chose alone.
+kernels=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["cpu_kernels"])' run/run.json) \
+  || fail "run.json has no cpu_kernels"
+case "$kernels" in
+  *"(core "*")") ;;
+  *) fail "run.json's cpu_kernels '$kernels' names no core" ;;
+esac
+grep -qF "| $kernels: " plain.txt || { cat plain.txt; fail "run.json's cpu_kernels '$kernels' is not what cleave version says"; }
+case "$kernels" in *"(core Prescott)") fail "run.json's cpu_kernels '$kernels': the correction did not hold" ;; esac
 echo "PASS"

@@ -106,10 +106,32 @@ void gemm(const Context& ctx, const GemmProblem& p) {
 
 namespace cleave::ops {
 
+namespace {
+
+// What "auto" looks at in this process (fixed per process): the GEMMs and every report of them read these facts.
+const CpuBlasFacts& this_process_cpu_blas_facts() {
+  static const CpuBlasFacts facts = build_cpu_blas_facts(kernels::cpu::onednn_bf16_instructions());
+  return facts;
+}
+
+}  // namespace
+
 CpuGemmChoice resolved_cpu_gemm(CpuBlas requested, bool bf16_operands) {
-  static const CpuBlasFacts facts =
-      build_cpu_blas_facts(kernels::cpu::onednn_bf16_instructions());  // fixed per process
-  return choose_cpu_gemm(requested, bf16_operands, facts);
+  return choose_cpu_gemm(requested, bf16_operands, this_process_cpu_blas_facts());
+}
+
+CpuGemmChoices resolved_cpu_gemms(CpuBlas requested) {
+  return choose_cpu_gemms(requested, this_process_cpu_blas_facts());
+}
+
+std::string cpu_gemm_description(CpuBlas requested) {
+  const CpuGemmChoices choices = resolved_cpu_gemms(requested);
+  std::string libraries;
+  for (const CpuBlas library : cpu_gemm_libraries(choices)) {
+    if (!libraries.empty()) libraries += "; ";
+    libraries += kernels::cpu::gemm_backend_description(cpu_detail::gemm_backend(library));
+  }
+  return describe_cpu_gemms(choices) + ": " + libraries;
 }
 
 }  // namespace cleave::ops

@@ -1,7 +1,8 @@
 // device.blas at the seam: "auto" resolves by the recorded facts (never to a library that is not built), and
 // ops::gemm on each built library matches the widened f32 GEMM of the same rounded operands, bf16 operands
 // included (bias epilogue, bf16 C, f32 C accumulated with beta = 1), with bits independent of the thread count
-// in deterministic mode. Libraries this build lacks are skipped, saying so; nothing depends on the CPU.
+// in deterministic mode. What the reports say per dtype (describe_cpu_gemms, cpu_gemm_description) reads the same
+// rule. Libraries this build lacks are skipped, saying so; nothing depends on the CPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,6 +41,53 @@ TEST(CpuBlasChoice, AutoFollowsTheRecordedFacts) {
     EXPECT_EQ(choose_cpu_gemm(CpuBlas::kBlis, bf16, none), openblas);
     EXPECT_EQ(choose_cpu_gemm(CpuBlas::kOneDnn, bf16, none), openblas);
   }
+}
+
+// Per dtype, as the reports say it: the same rule (choose_cpu_gemm for each dtype), worded by describe_cpu_gemms.
+TEST(CpuBlasChoice, PerDtypeChoicesAndTheirWordsFollowTheRecordedFacts) {
+  const CpuBlasFacts none{false, false, false};
+  const CpuBlasFacts onednn_emulated{true, true, false};
+  const CpuBlasFacts onednn_bf16{true, true, true};
+  for (const CpuBlasFacts& facts : {none, onednn_emulated, onednn_bf16}) {
+    for (const CpuBlas blas : {CpuBlas::kAuto, CpuBlas::kOpenBlas, CpuBlas::kBlis, CpuBlas::kOneDnn}) {
+      const CpuGemmChoices c = choose_cpu_gemms(blas, facts);
+      EXPECT_EQ(c.requested, blas);
+      EXPECT_EQ(c.f32, choose_cpu_gemm(blas, false, facts));
+      EXPECT_EQ(c.bf16, choose_cpu_gemm(blas, true, facts));
+      EXPECT_EQ(cpu_gemm_libraries(c), std::vector<CpuBlas>{c.f32.library});  // one library for both dtypes today
+    }
+  }
+  EXPECT_EQ(describe_cpu_gemms(choose_cpu_gemms(CpuBlas::kAuto, onednn_bf16)),
+            "f32 onednn, bf16 onednn on bf16 kernels (device.blas auto)");
+  EXPECT_EQ(describe_cpu_gemms(choose_cpu_gemms(CpuBlas::kAuto, onednn_emulated)),
+            "f32 onednn, bf16 onednn widened to f32 (device.blas auto)");
+  EXPECT_EQ(describe_cpu_gemms(choose_cpu_gemms(CpuBlas::kAuto, none)),
+            "f32 openblas, bf16 openblas widened to f32 (device.blas auto)");
+  EXPECT_EQ(describe_cpu_gemms(choose_cpu_gemms(CpuBlas::kOpenBlas, onednn_bf16)),
+            "f32 openblas, bf16 openblas widened to f32 (device.blas openblas)");
+  EXPECT_EQ(describe_cpu_gemms(choose_cpu_gemms(CpuBlas::kBlis, onednn_bf16)),
+            "f32 blis, bf16 blis widened to f32 (device.blas blis)");
+  EXPECT_EQ(describe_cpu_gemms(choose_cpu_gemms(CpuBlas::kOneDnn, onednn_bf16)),
+            "f32 onednn, bf16 onednn on bf16 kernels (device.blas onednn)");
+  // Two libraries (not a choice the rule makes today) are each named once, f32's first.
+  const CpuGemmChoices mixed{CpuBlas::kAuto, {CpuBlas::kOpenBlas, false}, {CpuBlas::kOneDnn, true}};
+  EXPECT_EQ(cpu_gemm_libraries(mixed), (std::vector<CpuBlas>{CpuBlas::kOpenBlas, CpuBlas::kOneDnn}));
+  EXPECT_EQ(describe_cpu_gemms(mixed), "f32 openblas, bf16 onednn on bf16 kernels (device.blas auto)");
+}
+
+// This process's description reads the same decision (resolved_cpu_gemm per dtype) and names each library's own
+// line; whatever the CPU, the key changes it.
+TEST(CpuBlasChoice, DescriptionReadsTheResolvedChoices) {
+  for (const CpuBlas blas : {CpuBlas::kAuto, CpuBlas::kOpenBlas, CpuBlas::kBlis, CpuBlas::kOneDnn}) {
+    if (!cpu_blas_built(blas)) continue;
+    const CpuGemmChoices c = resolved_cpu_gemms(blas);
+    EXPECT_EQ(c.f32, resolved_cpu_gemm(blas, false));
+    EXPECT_EQ(c.bf16, resolved_cpu_gemm(blas, true));
+    const std::string text = cpu_gemm_description(blas);
+    EXPECT_EQ(text.rfind(describe_cpu_gemms(c) + ": ", 0), 0u) << text;
+    EXPECT_GT(text.size(), describe_cpu_gemms(c).size() + 2) << text;  // a library line follows
+  }
+  EXPECT_NE(cpu_gemm_description(CpuBlas::kAuto), cpu_gemm_description(CpuBlas::kOpenBlas));
 }
 
 Tensor cast_to(const Context& ctx, const Tensor& t, DType dtype) {

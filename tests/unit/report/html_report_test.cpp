@@ -59,6 +59,8 @@ RunSummary two_rank_summary() {
   s.memory_limit = 64 << 20;
   s.cpu = "Intel(R) Xeon(R) CPU (GenuineIntel family 6 model 207; avx avx2 fma avx512f)";
   s.cpu_kernels = "OpenBLAS 0.3.21 DYNAMIC_ARCH SkylakeX MAX_THREADS=64 (core SkylakeX)";
+  s.cpu_gemm = {"auto", "onednn", "onednn", true,
+                "f32 onednn, bf16 onednn on bf16 kernels (device.blas auto): oneDNN 2.7.3 (isa avx512_core_amx)"};
   s.categories = {"parameters", "gradients", "optimizer_state", "activations", "communication", "workspace"};
   for (int r = 0; r < 2; ++r) {
     RankSummary rank;
@@ -142,7 +144,14 @@ TEST(RunSummary, RoundTrip) {
   EXPECT_EQ(back.memory_limit, s.memory_limit);
   EXPECT_EQ(back.cpu, s.cpu);
   EXPECT_EQ(back.cpu_kernels, s.cpu_kernels);
-  EXPECT_EQ(parse_run_summary("{\"world_size\":1,\"categories\":[],\"ranks\":[]}", "old/run.json").cpu, "");
+  EXPECT_EQ(back.cpu_gemm, s.cpu_gemm);
+  EXPECT_NE(to_json_text(s).find("\"bf16_kernels\": true"), std::string::npos);
+  const RunSummary old = parse_run_summary("{\"world_size\":1,\"categories\":[],\"ranks\":[]}", "old/run.json");
+  EXPECT_EQ(old.cpu, "");
+  EXPECT_EQ(old.cpu_gemm, CpuGemmRecord{});  // a run.json from before cpu_gemm, or a cuda run's
+  RunSummary cuda = s;
+  cuda.cpu_gemm = {};
+  EXPECT_EQ(to_json_text(cuda).find("cpu_gemm"), std::string::npos);
   EXPECT_EQ(back.ranks[1].peak_bytes, s.ranks[1].peak_bytes);
   EXPECT_EQ(back.ranks[1].stages, s.ranks[1].stages);
   EXPECT_EQ(back.ranks[1].peak_total, s.ranks[1].peak_total);
@@ -346,6 +355,7 @@ TEST(HtmlReport, WriteReportRegeneratesTheSameBytes) {
   EXPECT_EQ(polyline_points(first, "loss"), 12);
   EXPECT_NE(first.find("family 6 model 207"), std::string::npos);  // the CPU and kernels of run.json
   EXPECT_NE(first.find("(core SkylakeX)"), std::string::npos);
+  EXPECT_NE(first.find("bf16 onednn on bf16 kernels (device.blas auto): oneDNN 2.7.3"), std::string::npos);
   fs::remove(path);
   write_report(dir.string());
   EXPECT_EQ(read_file(path), first);

@@ -31,7 +31,9 @@ TEST(ThreadRule, WaitPolicyIsActiveOnlyWhenNoCoreIsShared) {
   EXPECT_EQ(choose_omp_wait_policy(4, 1, 2, 0).policy, OmpWaitPolicy::kPassive);  // mpirun --oversubscribe -np 4 on 2 cores
   EXPECT_EQ(choose_omp_wait_policy(1, 3, 2, 0).policy, OmpWaitPolicy::kPassive);  // CLEAVE_THREADS=3 on 2 cores
   const WaitPolicyChoice c = choose_omp_wait_policy(4, 1, 2, 0);
-  EXPECT_NE(c.reason.find("4 rank(s) x 1 thread(s) on 2 core(s)"), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("4 ranks x 1 thread on 2 cores, 0 threads busy elsewhere"), std::string::npos) << c.reason;
+  const std::string one = choose_omp_wait_policy(1, 2, 1, 0).reason;
+  EXPECT_NE(one.find("1 rank x 2 threads on 1 core,"), std::string::npos) << one;
 }
 
 TEST(ThreadRule, WaitPolicyCountsOtherProcessesRunningAtStart) {
@@ -40,7 +42,7 @@ TEST(ThreadRule, WaitPolicyCountsOtherProcessesRunningAtStart) {
   EXPECT_EQ(choose_omp_wait_policy(1, 2, 4, 2).policy, OmpWaitPolicy::kActive);   // 4 cores: room for both
   EXPECT_EQ(choose_omp_wait_policy(1, 2, 4, 3).policy, OmpWaitPolicy::kPassive);
   EXPECT_EQ(choose_omp_wait_policy(1, 2, 2, -1).policy, OmpWaitPolicy::kActive);  // a negative count means none
-  EXPECT_NE(choose_omp_wait_policy(1, 2, 2, 1).reason.find("1 busy elsewhere"), std::string::npos);
+  EXPECT_NE(choose_omp_wait_policy(1, 2, 2, 1).reason.find("1 thread busy elsewhere"), std::string::npos);
 }
 
 TEST(ThreadRule, ProcsRunningFromStat) {

@@ -46,9 +46,9 @@ class Optimizer {
   std::int64_t steps_done() const { return steps_; }
   // Restores the update count from a checkpoint (the next step() is update number n + 1).
   void set_steps_done(std::int64_t n) { steps_ = n; }
-  // Runs the updates in the run's op context: its device, stream (B1 of docs/cuda.md: a GPU update must be
-  // enqueued on the run's stream, after the kernels that wrote the gradients), handles and slot table. The
-  // state keeps the allocator it was made on. CLEAVE_CHECK: the parameters live on run.device.
+  // Runs the updates in the run's op context: its device, stream (docs/cuda.md, "The trainer on `cuda`": a GPU
+  // update must be enqueued on the run's stream, after the kernels that wrote the gradients), handles and slot
+  // table. The state keeps the allocator it was made on. CLEAVE_CHECK: the parameters live on run.device.
   void run_on(const ops::Context& run);
   const ParamList& params() const { return params_; }
   // State tensors named "<param name>.<state name>" (exp_avg, exp_avg_sq, momentum_buffer), for

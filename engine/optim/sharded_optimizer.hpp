@@ -65,9 +65,9 @@ class ShardedOptimizer {
   // and drops them after the update): grads[s] becomes shard s's grad, f32 with the shard's element count,
   // or undefined to let the optimizer hold no reference between steps (step() then must not run).
   void set_shard_grads(const std::vector<Tensor>& grads);
-  // Runs the updates in the run's op context: its device, stream (B1 of docs/cuda.md: a GPU update must be
-  // enqueued on the run's stream, after the kernels that wrote the gradients), handles and slot table. The
-  // state keeps the allocator it was made on. CLEAVE_CHECK: the parameters live on run.device.
+  // Runs the updates in the run's op context: its device, stream (docs/cuda.md, "The trainer on `cuda`": a GPU
+  // update must be enqueued on the run's stream, after the kernels that wrote the gradients), handles and slot
+  // table. The state keeps the allocator it was made on. CLEAVE_CHECK: the parameters live on run.device.
   void run_on(const ops::Context& run);
   const std::vector<FlatShard>& shards() const { return shards_; }
   // The state kinds ("exp_avg", "exp_avg_sq" | "momentum_buffer" | none) and state_tensor(k, s): kind k's

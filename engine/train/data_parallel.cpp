@@ -108,7 +108,7 @@ ReadyOrder ready_order_of(const run_plan::Plan& plan, int pp_rank, const std::ma
 
 // The main bucketer's options (its on_release aside): the bucket size, the 1/dp scale, the ZeRO stage's reduction,
 // the wire dtype, per-micro-batch reduction. Collectives run on the run's stream, after the kernels that produced
-// their inputs (B4 of docs/cuda.md).
+// their inputs (docs/cuda.md, "Communication").
 comm::BucketerOptions bucket_options_of(const DataParallelOptions& options, int dp_size, bool per_microbatch) {
   comm::BucketerOptions bucket_options;
   bucket_options.bucket_mib = options.bucket_mib;

@@ -7,7 +7,7 @@
 // static_assert on the table's size).
 //
 // What the recording cannot see (named here so it is not forgotten): the optimizer builds its own op
-// context (engine/optim/optimizer.cpp, finding B1 of docs/cuda.md), so its update slot is added from the
+// context (engine/optim/optimizer.cpp; docs/cuda.md, "The trainer on `cuda`"), so its update slot is added from the
 // config until it uses the run's context. Models: GPT fp32 and bf16, MLP (SGD with Nesterov momentum), CNN
 // (AdamW, and bf16), Llama fp32 and bf16 (skipped until the build has the model type) on one rank; GPT with tensor parallelism 2 (vocabulary shards with a padding row, the
 // vocab-parallel loss pieces) under `mpiexec -n 2` (ctest e2e_cuda_coverage_tp2; skipped on one rank).
@@ -105,7 +105,7 @@ std::set<std::string> slots_used(const config::RunConfig& config, comm::Communic
     trainer.evaluate(1);
   }
   std::set<std::string> used = table.used;
-  // B1 (see the file comment); the optimizers call the multi-tensor slot (engine/optim/optimizer.cpp).
+  // See the file comment; the optimizers call the multi-tensor slot (engine/optim/optimizer.cpp).
   used.insert(config.optimizer.type == config::OptimizerType::kSgd ? "sgd_update_many" : "adamw_update_many");
   return used;
 }

@@ -10,7 +10,7 @@
 // completion event. Work::test() queries the event and ncclCommGetAsyncError. On an asynchronous NCCL error the
 // communicator is aborted (ncclCommAbort, never a destroy that can block) and the Work throws BackendError.
 //
-// Completion (docs/cuda.md, "Completing collectives on the device"):
+// Completion (docs/cuda.md, "Communication"):
 //  - on a CUDA stream, wait() completes on the device: the caller's stream waits for the completion event
 //    (cudaStreamWaitEvent) and wait() returns at once; the host does not block. The event goes to the
 //    communicator's watchdog thread (device_completions.hpp), which polls it against options().timeout_s; on

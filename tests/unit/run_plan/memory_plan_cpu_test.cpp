@@ -96,6 +96,28 @@ TEST(MemoryPlanCpu, AttentionScratchIsTheKernels) {
       }
     }
   }
+  // From T 512 the backward may split a kv group's query rows into chunks with partial dK / dV sums, as many as the
+  // batch leaves short of 8 tasks: the plan (no batch) counts their bound, at least the kernel's at every batch.
+  for (std::int64_t t : {512, 1000}) {
+    for (std::int64_t batch : {1, 2, 3, 7, 8}) {
+      partition::BlockSpec block;
+      block.kind = partition::BlockKind::kTransformerBlock;
+      block.seq_len = t;
+      block.in_features = 64;
+      block.n_heads = 4;
+      block.n_kv_heads = 1;
+      kernels::cpu::FlashAttentionShape shape;
+      shape.batch = batch;
+      shape.q_len = shape.kv_len = t;
+      shape.q_heads = 4;
+      shape.kv_heads = 1;
+      shape.head_dim = 16;
+      const auto kernel = static_cast<std::int64_t>(4 * kernels::cpu::flash_attention_workspace_floats(shape, 2, true));
+      const std::int64_t planned = cpu_attention_scratch_bytes(block, 2, true);
+      EXPECT_GE(planned, kernel) << "T " << t << " batch " << batch;
+      EXPECT_LE(planned, kernel + 4 * 14 * 2 * t * 16) << "T " << t << " batch " << batch;
+    }
+  }
   partition::BlockSpec mlp;  // no attention
   mlp.kind = partition::BlockKind::kLinear;
   EXPECT_EQ(cpu_attention_scratch_bytes(mlp, 4, true), 0);

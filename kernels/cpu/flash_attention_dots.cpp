@@ -159,12 +159,19 @@ template <int NV>
 __attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) inline void bf16_columns(
     const std::uint16_t* a, int64_t rows, int64_t hdp, const std::uint32_t* b, int64_t cp, int64_t pairs,
     float scale, float* S, int64_t ld, int64_t c0, int64_t cols) {
-  constexpr int kRows = 6;  // 6 x 2 accumulators, 2 key loads and 6 broadcasts per 12 vdpbf16ps
+  // 8 x 2 accumulators: 2 key loads and 8 broadcasts per 16 vdpbf16ps (of the 32 vector registers); the last rows in
+  // tiles of 4, 2 and 1.
   int64_t r = 0;
-  for (; r + kRows <= rows; r += kRows) {
-    bf16_tile<kRows, NV>(a + r * hdp, hdp, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
+  for (; r + 8 <= rows; r += 8) bf16_tile<8, NV>(a + r * hdp, hdp, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
+  if (r + 4 <= rows) {
+    bf16_tile<4, NV>(a + r * hdp, hdp, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
+    r += 4;
   }
-  for (; r < rows; ++r) bf16_tile<1, NV>(a + r * hdp, hdp, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
+  if (r + 2 <= rows) {
+    bf16_tile<2, NV>(a + r * hdp, hdp, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
+    r += 2;
+  }
+  if (r < rows) bf16_tile<1, NV>(a + r * hdp, hdp, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void scores_avx512_bf16(const float* a, int64_t rows,

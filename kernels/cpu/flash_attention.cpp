@@ -2,17 +2,19 @@
 //
 // Forward, one task per (batch, query head, query block of kFlashBlockQ rows): S = scale * Q K^T over key
 // blocks of kFlashBlockK (one small GEMM each), the online-softmax update of the row maxima m, sums l and the
-// unnormalised accumulator, then acc += P V (GEMM). Backward, one task per (batch, kv head) so dK and dV of a
-// key block are summed over the query heads of the group in one place and dQ rows of the group's heads have a
-// single writer: per key block and query block it recomputes P = exp(S - lse) and runs the four GEMMs
-// dV += P^T dO, dP = dO V^T, dQ += dS K, dK += dS^T Q with dS = P (dP - D) scale, D = rowsum(dO * O).
-// Masked entries of P and dS are written as exact zeros (exp_vec never returns 0).
+// unnormalised accumulator, then acc += P V (GEMM). Backward, one task per (batch, kv head, query chunk): D =
+// rowsum(dO * O) once per row of the chunk, then per key block and query block it recomputes P = exp(S - lse) and
+// runs the four GEMMs dV += P^T dO, dP = dO V^T, dQ += dS K, dK += dS^T Q with dS = P (dP - D) scale; dK and dV of a
+// key block are summed over the group's query heads in one place, and dQ rows of the chunk have a single writer. One
+// chunk (the whole sequence) unless batch x kv heads leaves fewer than 8 tasks: then each chunk's dK and dV sums go
+// to its own partial buffer, added in chunk order once all are done. Masked entries of P and dS are written as
+// exact zeros (exp_vec never returns 0).
 //
-// bf16 operands: written once over the element type. Each block a GEMM reads is widened (exactly) into the
-// thread's scratch as it is loaded, each output row narrowed as it is stored; the group's dQ is summed in f32 over
-// the key blocks in the thread's scratch and narrowed once when the task ends, dK and dV per key block (added to
-// the widened old row when accumulating). So every f32 operation is the f32 path's on the same values, and the bits
-// are those of widening the whole tensors, the f32 kernel, and narrowing its outputs once.
+// bf16 operands: written once over the element type. The score products (Q K^T, dO V^T) run on the bf16 blocks
+// (flash_attention_dots.hpp: key / value pairs packed once per key block); every other block a GEMM reads is
+// widened (exactly) into the thread's scratch as it is loaded, each output row narrowed as it is stored; the chunk's
+// dQ is summed in f32 over the key blocks in the thread's scratch and narrowed once when the task ends, dK and dV per
+// key block (added to the widened old row when accumulating).
 #include "kernels/cpu/flash_attention.hpp"
 
 #include <omp.h>

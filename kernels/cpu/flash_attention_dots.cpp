@@ -23,8 +23,6 @@ namespace {
 
 typedef float f32x4 __attribute__((vector_size(16)));
 
-constexpr int kTileRows = 4;
-
 // Every lane v. Not detail::broadcast (which keeps -0.0): GCC builds that splat through the stack here. A -0.0 in
 // place of +0.0 changes no sum: the accumulator starts at +0.0 and, rounding to nearest, never becomes -0.0, and
 // acc + (+-0) = acc for every other acc.
@@ -38,9 +36,9 @@ template <class F, int R, int NV>
 [[gnu::always_inline]] inline void store_tile(const F (&acc)[R][NV], float scale, float* S, int64_t ld, int64_t c0,
                                               int64_t cols) {
   constexpr int64_t L = static_cast<int64_t>(sizeof(F) / sizeof(float));
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) {
       const int64_t c = c0 + v * L;
       if (c >= cols) break;
@@ -58,31 +56,31 @@ template <class F, int R, int NV>
 
 // The FMA paths: a f32 rows (row stride hdp), b pairs from column c0 (pair stride cp 32-bit words). The odd
 // element's product first, as vdpbf16ps; the products are exact, so contraction into FMA changes no bit.
-template <class F, int R>
+template <class F, int R, int NV>
 [[gnu::always_inline]] inline void fma_tile(const float* a, int64_t hdp, const std::uint32_t* b, int64_t cp,
                                             int64_t pairs, float scale, float* S, int64_t ld, int64_t c0,
                                             int64_t cols) {
-  constexpr int64_t L = static_cast<int64_t>(sizeof(F) / sizeof(float)), NV = kPairCols / L;
+  constexpr int64_t L = static_cast<int64_t>(sizeof(F) / sizeof(float));
   using U = typename detail::IntVectors<L>::U32;
   F acc[R][NV];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) acc[r][v] = F{};
   }
   for (int64_t p = 0; p < pairs; ++p) {
     F k_odd[NV], k_even[NV];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) {
       U u;
       __builtin_memcpy(&u, b + p * cp + c0 + v * L, sizeof u);
       k_odd[v] = __builtin_bit_cast(F, u & 0xffff0000u);
       k_even[v] = __builtin_bit_cast(F, u << 16);
     }
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const F x_odd = splat<F>(a[r * hdp + 2 * p + 1]), x_even = splat<F>(a[r * hdp + 2 * p]);
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int v = 0; v < NV; ++v) {
         acc[r][v] = acc[r][v] + x_odd * k_odd[v];
         acc[r][v] = acc[r][v] + x_even * k_even[v];
@@ -92,18 +90,33 @@ template <class F, int R>
   store_tile<F, R, NV>(acc, scale, S, ld, c0, cols);
 }
 
+// R rows by NV vectors of columns from c0, the last rows in tiles of R / 2 and 1.
+template <class F, int R, int NV>
+[[gnu::always_inline]] inline void fma_columns(const float* a, int64_t rows, int64_t hdp, const std::uint32_t* b,
+                                               int64_t cp, int64_t pairs, float scale, float* S, int64_t ld,
+                                               int64_t c0, int64_t cols) {
+  int64_t r = 0;
+  for (; r + R <= rows; r += R) fma_tile<F, R, NV>(a + r * hdp, hdp, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
+  if (r + R / 2 <= rows) {
+    fma_tile<F, R / 2, NV>(a + r * hdp, hdp, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
+    r += R / 2;
+  }
+  for (; r < rows; ++r) fma_tile<F, 1, NV>(a + r * hdp, hdp, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
+}
+
+// 32 columns a tile where they fit (8 rows on 16 lanes, 4 on fewer: the accumulators and key vectors stay in
+// registers), then 16.
 template <class F>
 [[gnu::always_inline]] inline void fma_scores(const float* a, int64_t rows, const float* b, int64_t cols, int64_t hd,
                                               float scale, float* S, int64_t ld) {
+  constexpr int L = static_cast<int>(sizeof(F) / sizeof(float)), R = L == 16 ? 8 : 4, NV = kPairCols / L;
   const int64_t hdp = pair_dim(hd), pairs = hdp / 2, cp = padded_cols(cols);
   const auto* b32 = reinterpret_cast<const std::uint32_t*>(b);
-  for (int64_t c0 = 0; c0 < cols; c0 += kPairCols) {
-    int64_t r = 0;
-    for (; r + kTileRows <= rows; r += kTileRows) {
-      fma_tile<F, kTileRows>(a + r * hdp, hdp, b32, cp, pairs, scale, S + r * ld, ld, c0, cols);
-    }
-    for (; r < rows; ++r) fma_tile<F, 1>(a + r * hdp, hdp, b32, cp, pairs, scale, S + r * ld, ld, c0, cols);
+  int64_t c0 = 0;
+  for (; c0 + 2 * kPairCols <= cp; c0 += 2 * kPairCols) {
+    fma_columns<F, R, 2 * NV>(a, rows, hdp, b32, cp, pairs, scale, S, ld, c0, cols);
   }
+  if (c0 < cols) fma_columns<F, R, NV>(a, rows, hdp, b32, cp, pairs, scale, S, ld, c0, cols);
 }
 
 void scores_baseline(const float* a, int64_t rows, const float* b, int64_t cols, int64_t hd, float scale, float* S,

@@ -64,38 +64,45 @@ void query_range(const FlashAttentionShape& s, int64_t kb, int64_t ke, int64_t& 
 int64_t block_q(const FlashAttentionShape& s) { return std::max<int64_t>(1, std::min(kFlashBlockQ, s.q_len)); }
 int64_t block_k(const FlashAttentionShape& s) { return std::max<int64_t>(1, std::min(kFlashBlockK, s.kv_len)); }
 
-// The backward's query-row chunks per (batch, kv group): one unless batch x kv heads gives fewer than
-// kBackwardTasks tasks, then enough chunks of at least kChunkMinRows rows (whole query blocks) to reach it. A
-// function of the shape alone, so the partial sums below, and the bits, do not depend on the thread count.
-constexpr int64_t kBackwardTasks = 8;
+// The backward's query chunks: the rows [c * chunk_rows, (c + 1) * chunk_rows) of every (batch, kv group), at most
+// kMaxChunks of at least kChunkMinRows rows (whole query blocks); a function of q_len alone. A key block's dK and dV
+// are the sum, in chunk order from zero, of each chunk's own sum over the group's heads and its query blocks. A task
+// takes every chunk of its group in turn, or (chunk_tasks) one chunk, its sums going to a partial buffer added in
+// chunk order afterwards: the same additions, so the bits depend neither on the thread count nor on how the batch
+// and the heads are split (tensor or all-to-all context parallelism).
+constexpr int64_t kMaxChunks = 4;
 constexpr int64_t kChunkMinRows = 4 * kFlashBlockQ;
 int64_t chunk_rows(const FlashAttentionShape& s) {
-  const int64_t groups = s.batch * s.kv_heads, bq = block_q(s);
-  if (groups >= kBackwardTasks || s.q_len < 2 * kChunkMinRows) return std::max<int64_t>(s.q_len, 1);
-  const int64_t want = (kBackwardTasks + groups - 1) / groups;
-  const int64_t rows = std::max(kChunkMinRows, (s.q_len + want - 1) / want);
+  const int64_t bq = block_q(s);
+  const int64_t rows = std::max(kChunkMinRows, (s.q_len + kMaxChunks - 1) / kMaxChunks);
   return (rows + bq - 1) / bq * bq;
 }
 int64_t q_chunks(const FlashAttentionShape& s) {
   return std::max<int64_t>(1, (s.q_len + chunk_rows(s) - 1) / chunk_rows(s));
 }
 
-// The partial dK and dV sums of every chunk when there is more than one: [batch, kv_heads, chunks, 2, kv_len, hd].
-int64_t partial_floats(const FlashAttentionShape& s) {
-  const int64_t chunks = q_chunks(s);
-  return chunks > 1 ? s.batch * s.kv_heads * chunks * 2 * s.kv_len * s.head_dim : 0;
+// One task per chunk where batch x kv heads leaves threads idle: fewer groups than twice the threads and not a
+// multiple of them (1 or 3 groups on 2 threads).
+bool chunk_tasks(const FlashAttentionShape& s, int threads) {
+  const int64_t groups = s.batch * s.kv_heads;
+  return threads > 1 && q_chunks(s) > 1 && groups < 2 * threads && groups % threads != 0;
+}
+
+// The partial dK and dV sums of every chunk under chunk_tasks: [batch, kv_heads, chunks, 2, kv_len, hd].
+int64_t partial_floats(const FlashAttentionShape& s, int threads) {
+  return chunk_tasks(s, threads) ? s.batch * s.kv_heads * q_chunks(s) * 2 * s.kv_len * s.head_dim : 0;
 }
 
 // Forward: S [bq, bk], acc [bq, hd], m and l [bq], and f32: K^T [hd, bk]; bf16: Q's rows and K's pairs for the
 // score products (flash_attention_dots.hpp), V widened [bk, hd].
-// Backward: P and dS [bq, bk], D [group, q_len], dK and dV [bk, hd]; f32: K^T and V^T [hd, bk]; bf16: K's and V's
-// pairs, K widened [bk, hd], Q's and dO's rows, Q and dO widened [bq, hd], the chunk's dQ in f32 [group, q_len, hd]
-// and two rows [hd]. (A chunk uses `group x its rows` of D and dQ.)
+// Backward: P and dS [bq, bk], D [group, q_len], dK and dV [bk, hd] and a chunk's share of them; f32: K^T and V^T
+// [hd, bk]; bf16: K's and V's pairs, K widened [bk, hd], Q's and dO's rows, Q and dO widened [bq, hd], the task's
+// dQ in f32 [group, q_len, hd] and two rows [hd]. (A task uses `group x its rows` of D and dQ.)
 int64_t per_thread_floats(const FlashAttentionShape& s, bool bf16) {
   const int64_t bq = block_q(s), bk = block_k(s), hd = s.head_dim, group = s.q_heads / s.kv_heads;
   const int64_t chunk = s.q_len;  // a chunk's rows at most; so the bound does not depend on the batch
   const int64_t rows = flash_dots::rows_floats(bq, hd), pairs = flash_dots::pairs_floats(bk, hd);
-  const int64_t forward = bq * bk + bq * hd + 2 * bq, backward = 2 * bq * bk + group * chunk + 2 * bk * hd;
+  const int64_t forward = bq * bk + bq * hd + 2 * bq, backward = 2 * bq * bk + group * chunk + 4 * bk * hd;
   if (!bf16) return std::max(forward + hd * bk, backward + 2 * hd * bk);
   return std::max(forward + rows + pairs + bk * hd,
                   backward + 2 * pairs + bk * hd + 2 * rows + 2 * bq * hd + group * chunk * hd + 2 * hd);
@@ -280,8 +287,10 @@ struct BackwardScratch {
   float* P;       // [bq, bk] recomputed probabilities
   float* dP;      // [bq, bk] dP, then dS in place
   float* D;       // [group, chunk] rowsum(dO * O) of the chunk's rows, once per row
-  float* dk_acc;  // [bk, hd] the key block's dK, summed over the group's heads
+  float* dk_acc;  // [bk, hd] the key block's dK, summed over the chunks
   float* dv_acc;  // [bk, hd] the key block's dV
+  float* dk_chunk;  // [bk, hd] one chunk's dK of the key block, summed over the group's heads
+  float* dv_chunk;  // [bk, hd] its dV
   float* k_rhs;   // f32: [hd, bk] K^T; bf16: K's pairs
   float* v_rhs;   // f32: [hd, bk] V^T; bf16: V's pairs
   float* k_buf;   // bf16 only: widened K [bk, hd]
@@ -302,7 +311,9 @@ BackwardScratch backward_scratch(float* base, const FlashAttentionShape& s, bool
   w.D = w.dP + bq * bk;
   w.dk_acc = w.D + group * chunk;
   w.dv_acc = w.dk_acc + bk * hd;
-  w.k_rhs = w.dv_acc + bk * hd;
+  w.dk_chunk = w.dv_acc + bk * hd;
+  w.dv_chunk = w.dk_chunk + bk * hd;
+  w.k_rhs = w.dv_chunk + bk * hd;
   w.v_rhs = w.k_rhs + rhs;
   if (!bf16) return w;
   w.k_buf = w.v_rhs + rhs;
@@ -315,8 +326,8 @@ BackwardScratch backward_scratch(float* base, const FlashAttentionShape& s, bool
   return w;
 }
 
-// One backward task: kv group g of batch b over the query rows [lo, hi) (a chunk); the group's dQ rows of the chunk
-// have this single writer, and its dK and dV sums go to the tensors (one chunk) or to the chunk's partials.
+// One backward task: kv group g of batch b over the query rows [lo, hi) (every chunk, or one); the group's dQ rows
+// there have this single writer, and its dK and dV sums go to the tensors (every chunk) or to the chunk's partials.
 struct BackwardTask {
   int64_t b, g, lo, hi;
   float* dk_part;  // [kv_len, hd] each, or null: straight into dk and dv
@@ -417,12 +428,12 @@ void backward_head_on_key_block(const T* q, const float* lse, const T* dout, T* 
     const Block doi = load_block(doh + i0 * s.ld_o, s.ld_o, rows, hd, w.do_buf);
     score_product<T>(paths.dot, qs, kblk.k_rhs, rows, cols, hd, bk, s.scale, w.P);
     flash_rows::probabilities(paths.isa, s, {s.q_offset + i0, rows, kblk.kb, cols, bk}, lse_h + i0, w.P);
-    single_gemm(true, false, cols, hd, rows, 1.0f, w.P, bk, doi.p, doi.ld, 1.0f, w.dv_acc, hd);
+    single_gemm(true, false, cols, hd, rows, 1.0f, w.P, bk, doi.p, doi.ld, 1.0f, w.dv_chunk, hd);
     score_product<T>(paths.dot, dos, kblk.v_rhs, rows, cols, hd, bk, 1.0f, w.dP);
     flash_rows::scores_grad(paths.isa, w.P, w.D + hh * chunk + (i0 - t.lo), rows, cols, bk, s.scale, w.dP);
     single_gemm(false, false, rows, hd, cols, 1.0f, w.dP, bk, kblk.kt.p, kblk.kt.ld, 1.0f,
                 dqh + (i0 - t.lo) * ld_dq, ld_dq);
-    single_gemm(true, false, cols, hd, rows, 1.0f, w.dP, bk, qi.p, qi.ld, 1.0f, w.dk_acc, hd);
+    single_gemm(true, false, cols, hd, rows, 1.0f, w.dP, bk, qi.p, qi.ld, 1.0f, w.dk_chunk, hd);
   }
 }
 
@@ -447,7 +458,7 @@ void store_grad_row(const float* add, std::uint16_t* dst, int64_t hd, bool accum
   cast_f32_to_bf16_serial(row, dst, hd);
 }
 
-// The key block's summed dK and dV rows: into the tensors (a single chunk), or into the chunk's partials.
+// The key block's summed dK and dV rows: into the tensors (every chunk), or into the chunk's partials.
 template <class T>
 void store_key_block_grads(T* dk, T* dv, const FlashAttentionShape& s, const BackwardTask& t, int64_t kb,
                            int64_t cols, bool accumulate, const BackwardScratch& w) {
@@ -472,19 +483,33 @@ void backward_task(const T* q, const T* k, const T* v, const T* out, const float
   const T* vg = v + t.b * s.kv_len * s.ld_v + t.g * hd;
   chunk_output_dots(out, dout, s, t, paths.isa, w);
   start_chunk_dq(dq, s, t, accumulate, w);
+  const int64_t rows_per_chunk = chunk_rows(s);
   for (int64_t kb = 0; kb < s.kv_len; kb += bk) {
     KeyBlock kblk{kb, std::min(bk, s.kv_len - kb), {nullptr, 0}, {nullptr}, {nullptr}, 0, 0};
     std::fill(w.dk_acc, w.dk_acc + kblk.cols * hd, 0.0f);
     std::fill(w.dv_acc, w.dv_acc + kblk.cols * hd, 0.0f);
-    query_range(s, kb, kb + kblk.cols, kblk.i_begin, kblk.i_end);
-    kblk.i_begin = std::max(kblk.i_begin, t.lo);
-    kblk.i_end = std::min(kblk.i_end, t.hi);
-    if (kblk.i_begin < kblk.i_end) {
+    int64_t i_begin = 0, i_end = 0;
+    query_range(s, kb, kb + kblk.cols, i_begin, i_end);
+    if (std::max(i_begin, t.lo) < std::min(i_end, t.hi)) {
       kblk.kt = load_block(kg + kb * s.ld_k, s.ld_k, kblk.cols, hd, w.k_buf);
       kblk.k_rhs = prepare_rhs(kg + kb * s.ld_k, s.ld_k, kblk.cols, hd, w.k_rhs, bk);
       kblk.v_rhs = prepare_rhs(vg + kb * s.ld_v, s.ld_v, kblk.cols, hd, w.v_rhs, bk);
-      for (int64_t h = t.g * group; h < (t.g + 1) * group; ++h) {
-        backward_head_on_key_block(q, lse, dout, dq, s, t, h, kblk, paths, w);
+    }
+    // Every chunk of the task, whether it sees the key block or not: each adds its sum (zeros or not) in turn.
+    for (int64_t c0 = t.lo; c0 < t.hi; c0 += rows_per_chunk) {
+      std::fill(w.dk_chunk, w.dk_chunk + kblk.cols * hd, 0.0f);
+      std::fill(w.dv_chunk, w.dv_chunk + kblk.cols * hd, 0.0f);
+      kblk.i_begin = std::max(i_begin, c0);
+      kblk.i_end = std::min({i_end, c0 + rows_per_chunk, t.hi});
+      if (kblk.i_begin < kblk.i_end) {
+        for (int64_t h = t.g * group; h < (t.g + 1) * group; ++h) {
+          backward_head_on_key_block(q, lse, dout, dq, s, t, h, kblk, paths, w);
+        }
+      }
+#pragma omp simd
+      for (int64_t x = 0; x < kblk.cols * hd; ++x) {
+        w.dk_acc[x] += w.dk_chunk[x];
+        w.dv_acc[x] += w.dv_chunk[x];
       }
     }
     store_key_block_grads(dk, dv, s, t, kb, kblk.cols, accumulate, w);
@@ -492,8 +517,8 @@ void backward_task(const T* q, const T* k, const T* v, const T* out, const float
   finish_chunk_dq(dq, s, t, w);
 }
 
-// Several chunks: key row j of group g in batch b gets the chunks' partial sums added in chunk order, then stored
-// (or added to the tensor's row), so the bits depend on the shape alone.
+// chunk_tasks: key row j of group g in batch b gets the chunks' partial sums added in chunk order from zero, then
+// stored (or added to the tensor's row): backward_task's own additions when it takes every chunk.
 template <class T>
 void reduce_partials(T* dk, T* dv, const FlashAttentionShape& s, bool accumulate, const float* partials,
                      int64_t chunks, int threads, float* rows) {
@@ -504,9 +529,8 @@ void reduce_partials(T* dk, T* dv, const FlashAttentionShape& s, bool accumulate
     const int64_t j = row % s.kv_len, g = (row / s.kv_len) % s.kv_heads, b = row / (s.kv_len * s.kv_heads);
     float* sum = rows + omp_get_thread_num() * 3 * hd;  // the dK and dV rows, and a widened one
     const float* first = partials + (b * s.kv_heads + g) * chunks * part + j * hd;
-    std::memcpy(sum, first, hd * sizeof(float));
-    std::memcpy(sum + hd, first + s.kv_len * hd, hd * sizeof(float));
-    for (int64_t c = 1; c < chunks; ++c) {
+    std::fill_n(sum, 2 * hd, 0.0f);  // from zero, as backward_task's dk_acc
+    for (int64_t c = 0; c < chunks; ++c) {
       const float* p = first + c * part;
 #pragma omp simd
       for (int64_t d = 0; d < hd; ++d) {
@@ -524,10 +548,11 @@ void backward(const T* q, const T* k, const T* v, const T* out, const float* lse
               const FlashAttentionShape& s, bool accumulate, float* workspace, int threads) {
   constexpr bool kBf16 = std::is_same_v<T, std::uint16_t>;
   check_shape("flash_attention_backward", s);
-  const int64_t chunks = q_chunks(s), rows_per_chunk = chunk_rows(s);
+  const int team = std::max(threads, 1);
+  const bool per_chunk = chunk_tasks(s, team);
+  const int64_t chunks = per_chunk ? q_chunks(s) : 1, rows_per_chunk = per_chunk ? chunk_rows(s) : s.q_len;
   const int64_t tasks = s.batch * s.kv_heads * chunks;
   const int64_t scratch = per_thread_floats(s, kBf16);
-  const int team = std::max(threads, 1);
   float* partials = workspace + team * scratch;
   const bool parallel =
       tasks > 1 && detail::worth_parallel(s.q_len * s.kv_len * s.head_dim * s.batch * s.q_heads / 2);
@@ -540,7 +565,7 @@ void backward(const T* q, const T* k, const T* v, const T* out, const float* lse
       // The last chunk first: under a causal mask it sees the most keys.
       const int64_t c = chunks - 1 - task % chunks, bg = task / chunks;
       const int64_t part = 2 * s.kv_len * s.head_dim;
-      float* dk_part = chunks > 1 ? partials + (bg * chunks + c) * part : nullptr;
+      float* dk_part = per_chunk ? partials + (bg * chunks + c) * part : nullptr;
       const BackwardTask t{bg / s.kv_heads, bg % s.kv_heads, c * rows_per_chunk,
                            std::min(s.q_len, (c + 1) * rows_per_chunk), dk_part,
                            dk_part != nullptr ? dk_part + s.kv_len * s.head_dim : nullptr};
@@ -548,13 +573,14 @@ void backward(const T* q, const T* k, const T* v, const T* out, const float* lse
     }
   }
   // Each thread's reduction rows in the head of its scratch (the backward is done with it).
-  if (chunks > 1) reduce_partials(dk, dv, s, accumulate, partials, chunks, team, workspace);
+  if (per_chunk) reduce_partials(dk, dv, s, accumulate, partials, chunks, team, workspace);
 }
 
 }  // namespace
 
 std::size_t flash_attention_workspace_floats(const FlashAttentionShape& shape, int threads, bool bf16) {
-  return static_cast<std::size_t>(std::max(threads, 1) * per_thread_floats(shape, bf16) + partial_floats(shape));
+  const int team = std::max(threads, 1);
+  return static_cast<std::size_t>(team * per_thread_floats(shape, bf16) + partial_floats(shape, team));
 }
 
 void flash_attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,

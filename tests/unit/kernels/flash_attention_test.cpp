@@ -206,6 +206,39 @@ TEST(FlashAttention, BitsDoNotDependOnThreadCount) {
   }
 }
 
+// The kv groups run apart (as tensor or all-to-all context parallelism splits the heads) give the bits of one run
+// over all of them: one group alone on 2 threads takes a task per query chunk, two groups one task each.
+TEST(FlashAttention, BitsDoNotDependOnTheHeadSplit) {
+  const Case c{"heads", 1, 600, 600, 6, 2, 6};
+  const int64_t hd = c.hd, group = c.Hq / c.Hkv;
+  const auto q = random_floats(static_cast<size_t>(c.B * c.Tq * c.Hq * hd), 41);
+  const auto k = random_floats(static_cast<size_t>(c.B * c.Tk * c.Hkv * hd), 42);
+  const auto v = random_floats(k.size(), 43);
+  const auto dout = random_floats(q.size(), 44);
+  const KernelRun whole = run_kernel(c, q, k, v, dout, 2);
+  KernelRun split{poisoned(q.size()), poisoned(whole.lse.size()), poisoned(q.size()), poisoned(k.size()),
+                  poisoned(k.size())};
+  for (int64_t g = 0; g < c.Hkv; ++g) {
+    FlashAttentionShape s = shape_of(c);
+    s.q_heads = group;
+    s.kv_heads = 1;
+    const int64_t qc = g * group * hd, kc = g * hd;  // the group's first column
+    std::vector<float> ws(flash_attention_workspace_floats(s, 2));
+    std::vector<float> lse(static_cast<size_t>(group * c.Tq));
+    flash_attention_forward(q.data() + qc, k.data() + kc, v.data() + kc, split.out.data() + qc, lse.data(), s,
+                            ws.data(), 2);
+    flash_attention_backward(q.data() + qc, k.data() + kc, v.data() + kc, split.out.data() + qc, lse.data(),
+                             dout.data() + qc, split.dq.data() + qc, split.dk.data() + kc, split.dv.data() + kc, s,
+                             false, ws.data(), 2);
+    std::copy(lse.begin(), lse.end(), split.lse.begin() + g * group * c.Tq);
+  }
+  EXPECT_EQ(split.out, whole.out);
+  EXPECT_EQ(split.lse, whole.lse);
+  EXPECT_EQ(split.dq, whole.dq);
+  EXPECT_EQ(split.dk, whole.dk);
+  EXPECT_EQ(split.dv, whole.dv);
+}
+
 // The packed layout (q | k | v column blocks of one [B, T, (Hq + 2 Hkv) hd] tensor, dq/dk/dv likewise) and
 // accumulation give the unpacked results, and accumulate adds onto what is there.
 TEST(FlashAttention, PackedLayoutAndAccumulate) {

@@ -2,13 +2,12 @@
 //
 // Forward, one task per (batch, query head, query block of kFlashBlockQ rows): S = scale * Q K^T over key
 // blocks of kFlashBlockK (one small GEMM each), the online-softmax update of the row maxima m, sums l and the
-// unnormalised accumulator, then acc += P V (GEMM). Backward, one task per (batch, kv head, query chunk): D =
-// rowsum(dO * O) once per row of the chunk, then per key block and query block it recomputes P = exp(S - lse) and
-// runs the four GEMMs dV += P^T dO, dP = dO V^T, dQ += dS K, dK += dS^T Q with dS = P (dP - D) scale; dK and dV of a
-// key block are summed over the group's query heads in one place, and dQ rows of the chunk have a single writer. One
-// chunk (the whole sequence) unless batch x kv heads leaves fewer than 8 tasks: then each chunk's dK and dV sums go
-// to its own partial buffer, added in chunk order once all are done. Masked entries of P and dS are written as
-// exact zeros (exp_vec never returns 0).
+// unnormalised accumulator, then acc += P V (GEMM). Backward, one task per (batch, kv head): D = rowsum(dO * O)
+// once per row, then per key block and query block it recomputes P = exp(S - lse) and runs the four GEMMs dV +=
+// P^T dO, dP = dO V^T, dQ += dS K, dK += dS^T Q with dS = P (dP - D) scale; a key block's dK and dV sum, chunk by
+// query chunk (chunk_rows), the chunk's sum over the group's query heads, and dQ rows have a single writer. Where
+// the groups leave threads idle, one task per chunk (chunk_tasks) with the same additions. Masked entries of P and
+// dS are written as exact zeros (exp_vec never returns 0).
 //
 // bf16 operands: written once over the element type. The score products (Q K^T, dO V^T) run on the bf16 blocks
 // (flash_attention_dots.hpp: key / value pairs packed once per key block); every other block a GEMM reads is

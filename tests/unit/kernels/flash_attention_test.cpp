@@ -400,7 +400,9 @@ TEST(FlashAttention, Bf16MatchesDoubleReference) {
           EXPECT_TRUE(test::same_bits(dk, first[2])) << at << " dk bits";
           EXPECT_TRUE(test::same_bits(dv, first[3])) << at << " dv bits";
         }
-        if (!acc && l2_norm(want.out) > 0.0) EXPECT_GT(l2_norm(widened(out)), 0.0) << at;
+        if (!acc && l2_norm(want.out) > 0.0) {
+          EXPECT_GT(l2_norm(widened(out)), 0.0) << at;
+        }
       }
     }
     if (c.Tq != c.Tk) continue;

@@ -285,7 +285,7 @@ void forward(const T* q, const T* k, const T* v, T* out, float* lse, const Flash
 struct BackwardScratch {
   float* P;       // [bq, bk] recomputed probabilities
   float* dP;      // [bq, bk] dP, then dS in place
-  float* D;       // [group, chunk] rowsum(dO * O) of the chunk's rows, once per row
+  float* D;       // [group, task rows] rowsum(dO * O) of the task's rows, once per row
   float* dk_acc;  // [bk, hd] the key block's dK, summed over the chunks
   float* dv_acc;  // [bk, hd] the key block's dV
   float* dk_chunk;  // [bk, hd] one chunk's dK of the key block, summed over the group's heads
@@ -297,7 +297,7 @@ struct BackwardScratch {
   float* do_lhs;
   float* q_buf;   // bf16 only: widened Q and dO [bq, hd]
   float* do_buf;
-  float* dq_buf;   // bf16 only: [group, chunk, hd], the chunk's dQ in f32 until the task ends
+  float* dq_buf;   // bf16 only: [group, task rows, hd], the task's dQ in f32 until it ends
   float* row_buf;  // bf16 only: [2, hd], widened rows
 };
 BackwardScratch backward_scratch(float* base, const FlashAttentionShape& s, bool bf16) {

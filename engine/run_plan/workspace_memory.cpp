@@ -37,9 +37,14 @@ CpuKernels unresolved_cpu_kernels(const config::RunConfig& config) {
 }
 
 // The per-thread floats of kernels/cpu/flash_attention.cpp (per_thread_floats, its block sizes kFlashBlockQ 64 and
-// kFlashBlockK 128): the forward's score block, accumulator, row statistics and transposed key block, the backward's
-// two score blocks, key-block gradients and transposed key and value blocks; bf16 adds the widened q, k, v blocks and the backward's f32 dQ of a kv head's query heads.
-// Kept equal to the kernel's by MemoryPlanCpu.AttentionScratchIsTheKernels (tests/unit/run_plan).
+// kFlashBlockK 128): the forward's score block, accumulator and row statistics, the backward's two score blocks, D of
+// the group's rows and key-block gradients (summed, and a query chunk's share); f32 adds the transposed key (and
+// value) blocks; bf16 the dot path's operands (flash_attention_dots.hpp: query rows of pair_dim(hd), key pairs of
+// 16-column-padded blocks), the widened blocks and the backward's f32 dQ of a kv head's query heads. Then the
+// backward's partial dK / dV sums when it runs one task per query chunk (flash_attention.cpp, chunk_tasks: several
+// threads, fewer than twice as many (batch x kv heads) groups and not a multiple of them): chunks x [2, T, hd] per
+// group, counted here for 2 threads - 1 groups since the batch is not known. Equal to the kernel's at one thread,
+// its bound at more (MemoryPlanCpu.AttentionScratchIsTheKernels, tests/unit/run_plan).
 std::int64_t cpu_attention_scratch_bytes(const partition::BlockSpec& block, int threads, bool bf16) {
   if (block.n_heads <= 0 || threads <= 0) return 0;
   const std::int64_t t = block.seq_len, hd = block.in_features / block.n_heads;
@@ -47,11 +52,16 @@ std::int64_t cpu_attention_scratch_bytes(const partition::BlockSpec& block, int 
   const std::int64_t group = block.n_heads / kv_heads;  // the same at every tp (both are split by it)
   const std::int64_t bq = std::max<std::int64_t>(1, std::min<std::int64_t>(64, t));
   const std::int64_t bk = std::max<std::int64_t>(1, std::min<std::int64_t>(128, t));
-  const std::int64_t forward = bq * bk + bq * hd + 2 * bq + hd * bk, backward = 2 * bq * bk + bq + 4 * bk * hd;
-  const std::int64_t floats = bf16 ? std::max(forward + bq * hd + 2 * bk * hd,
-                                              backward + 3 * bq * hd + 2 * bk * hd + group * t * hd + hd)
-                                   : std::max(forward, backward);
-  return 4 * threads * floats;
+  const std::int64_t pair_dim = (hd + 1) / 2 * 2, rows = bq * pair_dim, pairs = (bk + 15) / 16 * 16 * pair_dim / 2;
+  const std::int64_t forward = bq * bk + bq * hd + 2 * bq, backward = 2 * bq * bk + group * t + 4 * bk * hd;
+  const std::int64_t floats =
+      bf16 ? std::max(forward + rows + pairs + bk * hd,
+                      backward + 2 * pairs + bk * hd + 2 * rows + 2 * bq * hd + group * t * hd + 2 * hd)
+           : std::max(forward + hd * bk, backward + 2 * hd * bk);
+  const std::int64_t chunk_rows = (std::max<std::int64_t>(256, (t + 3) / 4) + bq - 1) / bq * bq;
+  const std::int64_t chunks = std::max<std::int64_t>(1, (t + chunk_rows - 1) / chunk_rows);
+  const std::int64_t partials = threads > 1 && chunks > 1 ? (2 * threads - 1) * chunks * 2 * t * hd : 0;
+  return 4 * (threads * floats + partials);
 }
 
 std::int64_t cpu_cp_attention_scratch_bytes(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp,

@@ -8,13 +8,17 @@
 //
 // Invariants: forward writes every row of out and lse (a row with no visible key: out 0, lse -inf); backward
 // writes (or with accumulate adds into) every element of dq, dk, dv of the covered heads. The forward threads
-// over (batch, head, query block) and the backward over (batch, kv head): every output element has one writer
-// and a fixed order of additions, so the bits do not depend on the thread count. Scratch comes from the
-// caller (`workspace`, flash_attention_workspace_floats floats); nothing allocates.
+// over (batch, head, query block), the backward over (batch, kv head) or, where those leave threads idle, (batch,
+// kv head, query chunk); dk and dv of a key block sum the chunks' shares (chunks fixed by q_len) in chunk order
+// either way, so the bits depend neither on the thread count nor on the batch and head split. Scratch comes from
+// the caller (`workspace`, flash_attention_workspace_floats floats); nothing allocates.
 //
-// bf16 operands (bit patterns, cast.hpp; lse stays f32): blocks are widened as they are loaded and rows narrowed as
-// they are stored, with f32 arithmetic throughout; the results are bit for bit those of widening every operand,
-// running the f32 kernel and narrowing its outputs (KernelFlashAttention.Bf16BlocksGiveTheWidenedF32Bits).
+// bf16 operands (bit patterns, cast.hpp; lse stays f32): the score products Q K^T and dO V^T take the bf16 blocks as
+// they are, summing their exact products in f32 on the CPU's bf16 dot-product instruction where it has one (or FMA
+// paths with its bits, flash_attention_dots.hpp); the other blocks are widened as they are loaded, rows narrowed as
+// they are stored, with f32 statistics and accumulation throughout (FlashAttention.Bf16MatchesDoubleReference: half a
+// bf16 ulp of the double result, plus the f32 kernel's error). Not the bits of the f32 kernel on widened operands:
+// the score products sum in another order.
 #pragma once
 
 #include <cstddef>
@@ -37,7 +41,10 @@ inline constexpr int64_t kFlashBlockQ = 64;
 inline constexpr int64_t kFlashBlockK = 128;
 
 // Floats of workspace for `threads` OpenMP threads (forward and backward share the bound); bf16: for the bf16
-// overloads (the widened blocks and the backward's per-task f32 dQ, group * q_len * head_dim per thread).
+// overloads (the dot path's operands, the widened blocks and the backward's per-task f32 dQ, group * q_len *
+// head_dim per thread). Where the backward runs a task per query chunk (several threads, q_len over 256, fewer
+// batch x kv heads groups than twice the threads and not a multiple of them), also its partial dK and dV sums:
+// chunks (at most 4) x 2 x kv_len x head_dim floats per group.
 std::size_t flash_attention_workspace_floats(const FlashAttentionShape& shape, int threads, bool bf16 = false);
 
 void flash_attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,

@@ -18,6 +18,14 @@ bool vector_isa_available(VectorIsa isa) {
 #endif
 }
 
+bool avx512_bf16_available() {
+#if defined(__x86_64__)
+  return vector_isa_available(VectorIsa::kAvx512) && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
 void check_vector_isa(VectorIsa isa, const char* op) {
   CLEAVE_ASSERT(vector_isa_available(isa), "{}: instruction set {} is not available on this CPU", op,
                 static_cast<int>(isa));

@@ -18,6 +18,10 @@ enum class VectorIsa { kBaseline, kAvx2, kAvx512 };
 VectorIsa best_vector_isa();
 bool vector_isa_available(VectorIsa isa);
 
+// AVX-512 BF16 (vdpbf16ps, bf16 pair dot products into f32), which a kernel with a bf16 dot-product path takes on
+// top of its AVX-512 path (flash_attention_dots.hpp); false off x86-64.
+bool avx512_bf16_available();
+
 // An internal error naming op when this CPU lacks isa (a test or benchmark asked for a path it cannot run).
 void check_vector_isa(VectorIsa isa, const char* op);
 

@@ -1,8 +1,9 @@
 // The CPU backend's attention slots (contracts in ops.hpp "Attention"; the packed and unpacked forms arrive as
 // one AttentionProblem, ops_attention.cpp): the memory-efficient (flash) forward and backward of
 // kernels/cpu/flash_attention and the log-sum-exp merge of two partial attentions (ring attention).
-// Invariant: all-bf16 problems and the f32 views of any other mix give the same bits (flash_attention.hpp); the
-// kernels' workspace comes from ctx.allocator (kWorkspace) and is returned before the slot returns.
+// Invariant: all-bf16 problems run the kernels' bf16 overloads (bf16 score products, within bf16 rounding of the f32
+// kernel on the rounded inputs, flash_attention.hpp), any other mix the f32 kernel on f32 views; the kernels'
+// workspace comes from ctx.allocator (kWorkspace) and is returned before the slot returns.
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -63,8 +64,8 @@ bool all_bf16_operands(std::initializer_list<const AttentionOperand*> ops) {
 
 }  // namespace
 
-// All-bf16 problems (the mixed-precision step) go to the kernels' bf16 overloads, which widen a block at a time
-// with the bits of the whole-tensor views (flash_attention.hpp); other mixes widen whole tensors.
+// All-bf16 problems (the mixed-precision step) go to the kernels' bf16 overloads, which read bf16 blocks as they go
+// (flash_attention.hpp); other mixes widen whole tensors.
 void attention_forward(const Context& ctx, const AttentionProblem& p) {
   const kc::FlashAttentionShape s = flash_shape(p);
   const int threads = kc::kernel_threads();

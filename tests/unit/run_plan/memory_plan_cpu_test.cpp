@@ -88,12 +88,44 @@ TEST(MemoryPlanCpu, AttentionScratchIsTheKernels) {
       shape.head_dim = d / heads;
       for (int threads : {1, 3}) {
         for (bool bf16 : {false, true}) {
-          EXPECT_EQ(cpu_attention_scratch_bytes(block, threads, bf16),
-                    static_cast<std::int64_t>(4 * kernels::cpu::flash_attention_workspace_floats(shape, threads, bf16)))
-              << "T " << t << " heads " << heads << "/" << kv_heads << " d " << d << " threads " << threads
-              << (bf16 ? " bf16" : " f32");
+          const std::string at = "T " + std::to_string(t) + " heads " + std::to_string(heads) + "/" +
+                                 std::to_string(kv_heads) + " d " + std::to_string(d) + " threads " +
+                                 std::to_string(threads) + (bf16 ? " bf16" : " f32");
+          const std::int64_t planned = cpu_attention_scratch_bytes(block, threads, bf16);
+          const auto kernel =
+              static_cast<std::int64_t>(4 * kernels::cpu::flash_attention_workspace_floats(shape, threads, bf16));
+          const auto per_thread =
+              static_cast<std::int64_t>(4 * kernels::cpu::flash_attention_workspace_floats(shape, 1, bf16));
+          // From T 257 at several threads the backward may run a task per query chunk (2 chunks at T 300) with
+          // partial dK / dV sums, [2, T, hd] each, for up to 2 x threads - 1 groups: the plan, without the batch,
+          // counts that bound.
+          const std::int64_t chunk_bound = threads > 1 && t > 256 ? 4 * (2 * threads - 1) * 2 * 2 * t * (d / heads) : 0;
+          EXPECT_EQ(planned, threads * per_thread + chunk_bound) << at;
+          EXPECT_GE(planned, kernel) << at;
         }
       }
+    }
+  }
+  // Longer sequences (4 query chunks), 1 to 8 groups on 2 threads: at least the kernel's workspace at every batch, and
+  // no more above it than the partial sums' bound.
+  for (std::int64_t t : {512, 1000}) {
+    for (std::int64_t batch : {1, 2, 3, 7, 8}) {
+      partition::BlockSpec block;
+      block.kind = partition::BlockKind::kTransformerBlock;
+      block.seq_len = t;
+      block.in_features = 64;
+      block.n_heads = 4;
+      block.n_kv_heads = 1;
+      kernels::cpu::FlashAttentionShape shape;
+      shape.batch = batch;
+      shape.q_len = shape.kv_len = t;
+      shape.q_heads = 4;
+      shape.kv_heads = 1;
+      shape.head_dim = 16;
+      const auto kernel = static_cast<std::int64_t>(4 * kernels::cpu::flash_attention_workspace_floats(shape, 2, true));
+      const std::int64_t planned = cpu_attention_scratch_bytes(block, 2, true);
+      EXPECT_GE(planned, kernel) << "T " << t << " batch " << batch;
+      EXPECT_LE(planned, kernel + 4 * 3 * 4 * 2 * t * 16) << "T " << t << " batch " << batch;
     }
   }
   partition::BlockSpec mlp;  // no attention

@@ -97,6 +97,9 @@ struct PlanEstimate {
   // cores (in core_sharing) and one handoff (a collective waits one or more: collective_handoffs); 1 and 0 where it is
   // not.
   double time_shared_compute = 1.0, handoff_s = 0;
+  // A pipeline over more ranks than cores: what each transfer's receiver waits for its core's holder to end an action
+  // (step_terms.hpp, core_holder_wait_s); 0 where it is not.
+  double core_holder_wait_s = 0;
   bool oversubscribed() const { return cores_per_node > 0 && ranks_on_node > cores_per_node; }
 };
 

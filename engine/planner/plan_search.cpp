@@ -12,21 +12,15 @@
 #include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
-#include "engine/planner/median.hpp"
-#include "engine/planner/step_terms.hpp"
+#include "engine/planner/plan_candidate.hpp"
+#include "engine/planner/plan_memory.hpp"
+#include "engine/planner/plan_pricing.hpp"
 #include "engine/planner/world_limit.hpp"
-#include "engine/run_plan/host_memory.hpp"
-#include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
-#include "partition/block_work.hpp"
-#include "partition/cost_model.hpp"
 #include "partition/cp_rules.hpp"
 #include "partition/ep_rules.hpp"
 #include "partition/tp_rules.hpp"
-#include "pipeline/lowering.hpp"
-#include "pipeline/schedules/auto_schedule.hpp"
 #include "pipeline/schedules/schedules.hpp"
-#include "pipeline/simulator.hpp"
 
 namespace cleave::planner {
 namespace {
@@ -62,20 +56,27 @@ void check_profile_matches(const HardwareProfile& profile, const partition::Mode
 
 std::string oversubscription_warning(const PlanEstimate& e) {
   if (!e.oversubscribed()) return "";
+  const double per_core = static_cast<double>(e.ranks_on_node) / e.cores_per_node;
   const std::string head = fmt::format("{} puts {} ranks on a node of {} cores ({:.1f} ranks per core): each rank "
                                        "computes on {:.2f} of a core, priced {:.2f}x the profile's compute",
-                                       e.choice.layout(), e.ranks_on_node, e.cores_per_node,
-                                       static_cast<double>(e.ranks_on_node) / e.cores_per_node,
+                                       e.choice.layout(), e.ranks_on_node, e.cores_per_node, per_core,
                                        static_cast<double>(e.cores_per_node) / e.ranks_on_node, e.core_sharing);
+  const std::string pipeline =
+      e.core_holder_wait_s > 0
+          ? fmt::format("; each pipeline transfer's receiver waits {:.3f} ms for the rank holding its core to end an "
+                        "action (not running 1 - 1/{:.1f} of the time, half the pipeline's mean action on a core)",
+                        e.core_holder_wait_s * 1e3, per_core)
+          : "";
   if (e.handoff_s > 0 || e.time_shared_compute > 1) {
     return head + fmt::format(" ({:.3f}x of it the measured cost of sharing a core) and {:.1f} us per handoff to a "
                               "descheduled peer, at least one per phase of every collective with peers, priced from "
-                              "the profile's time sharing; cleave plan --trial K measures them",
-                              e.time_shared_compute, e.handoff_s * 1e6);
+                              "the profile's time sharing{}; cleave plan --trial K measures them",
+                              e.time_shared_compute, e.handoff_s * 1e6, pipeline);
   }
-  return head + "; ranks that wait for a core also wait for each other at every collective inside a pass (a "
-                "descheduled peer's time slice: not priced, the profile has no time_sharing measurement), so measured "
-                "steps can be slower still (cleave plan --trial K measures them)";
+  return head + pipeline +
+         "; ranks that wait for a core also wait for each other at every collective inside a pass (a "
+         "descheduled peer's time slice: not priced, the profile has no time_sharing measurement), so measured "
+         "steps can be slower still (cleave plan --trial K measures them)";
 }
 
 std::string PlanChoice::dense_layout() const {
@@ -183,311 +184,6 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
                        details);
 }
 
-namespace {
-
-// Per stage, the bytes one micro-batch's forward keeps for the backward under SearchOptions::attention beyond
-// memory-efficient attention (partition::attention_probabilities_work's saved_bytes; none under recomputation,
-// whose rerun rebuilds them inside I).
-std::vector<double> probabilities_saved(const run_plan::Plan& plan, const PlanChoice& choice, const SearchOptions& options,
-                                        DType dtype) {
-  std::vector<double> saved(static_cast<std::size_t>(plan.num_stages()), 0.0);
-  if (choice.recompute != partition::Recompute::kNone) return saved;
-  for (int s = 0; s < plan.num_stages(); ++s) {
-    const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
-    for (int b = range.begin; b < range.end; ++b) {
-      saved[static_cast<std::size_t>(s)] +=
-          partition::attention_probabilities_work(plan.spec.blocks[static_cast<std::size_t>(b)], dtype, options.attention,
-                                                  choice.tp, choice.micro_batch).saved_bytes / choice.cp;
-    }
-  }
-  return saved;
-}
-
-// Memory over the step per pp rank (PlanDetails::memory_timeline): the memory plan's static categories plus the
-// activations the simulated timeline holds.
-void memory_over_step(const run_plan::Plan& plan, const PlanChoice& choice, bool bf16, double step_s,
-                      const std::vector<double>& saved, PlanDetails& details) {
-  const pipeline::SimulationResult& result = details.simulated;
-  const int num_stages = plan.num_stages();
-  // Memory over the step per pp rank: static categories plus the activations the timeline holds.
-  // A cp rank holds its T / cp tokens of every micro-batch's stash (the memory plan divides the same way).
-  const double per_micro = static_cast<double>(choice.micro_batch) / (bf16 ? 2.0 : 1.0) / choice.cp;
-  // One tp rank's activations (the cost model's tp layout), as the memory plan counts them.
-  const auto shard = partition::model_costs(plan.spec, DType::kF32, choice.recompute, choice.tp);
-  std::vector<run_plan::StageBackwardMemory> stage_memory;
-  for (int s = 0; s < num_stages; ++s) {
-    const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
-    stage_memory.push_back(run_plan::stage_backward_memory(
-        std::vector<partition::BlockCost>(shard.begin() + range.begin, shard.begin() + range.end)));
-  }
-  for (std::size_t r = 0; r < result.timeline.ranks.size(); ++r) {
-    const auto& plan_bytes = details.memory_plan[r];
-    std::int64_t fixed = 0;
-    for (int c = 0; c < kNumMemoryCategories; ++c) {
-      if (c != static_cast<int>(MemoryCategory::kActivations) && c != static_cast<int>(MemoryCategory::kWorkspace)) {
-        fixed += plan_bytes[static_cast<std::size_t>(c)];
-      }
-    }
-    std::vector<std::pair<double, double>> events;  // (time, delta bytes)
-    for (const auto& a : result.timeline.ranks[r]) {
-      if (a.action.stage < 0) continue;
-      const run_plan::StageBackwardMemory& sm = stage_memory[static_cast<std::size_t>(a.action.stage)];
-      const double act = static_cast<double>(sm.forward_stash) * per_micro + saved[static_cast<std::size_t>(a.action.stage)];
-      const double held_for_w = static_cast<double>(sm.weight_stash) * per_micro;
-      switch (a.action.kind) {
-        case pipeline::ActionKind::kForward: events.push_back({a.start, act}); break;
-        case pipeline::ActionKind::kBackwardInput: {  // each block's backward holds its extra while it runs
-          const double extra = static_cast<double>(sm.input_peak) * per_micro;
-          events.push_back({a.start, extra});
-          events.push_back({a.end, held_for_w - act - extra});
-          break;
-        }
-        case pipeline::ActionKind::kBackwardWeight: events.push_back({a.end, -held_for_w}); break;
-        case pipeline::ActionKind::kBackward: {
-          const double extra = static_cast<double>(sm.fused_peak) * per_micro;
-          events.push_back({a.start, extra});
-          events.push_back({a.end, -act - extra});
-          break;
-        }
-        default: break;
-      }
-    }
-    std::stable_sort(events.begin(), events.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-    std::vector<MemoryPoint> line = {{0.0, fixed}};
-    double live = 0;
-    std::int64_t peak = fixed;
-    for (const auto& [time, delta] : events) {
-      live += delta;
-      const std::int64_t bytes = fixed + static_cast<std::int64_t>(std::max(0.0, live));
-      line.push_back({time, bytes});
-      peak = std::max(peak, bytes);
-    }
-    line.push_back({step_s, fixed});
-    details.memory_timeline.push_back(std::move(line));
-    details.timeline_peak.push_back(peak);
-  }
-}
-
-// SearchOptions::auto_schedule_priced: schedule `auto` searched again on this plan's priced stage costs (the
-// median F, I, W over the stages, the priced P2P transfer after each stage) under the config's memory options;
-// returns the lowered schedule. The working set per rank (which only a measured profile's warm tables read) is
-// the memory plan's, less the optimizer state, as in estimate_plan.
-pipeline::Schedule priced_auto_schedule(const run_plan::Plan& plan, const config::RunConfig& config,
-                                        const PlanChoice& choice, const HardwareProfile& profile,
-                                        const SearchOptions& options) {
-  std::vector<std::int64_t> working_set(static_cast<std::size_t>(choice.pp), 0);
-  for (int r = 0; r < choice.pp; ++r) {
-    const run_plan::MemoryPlan memory =
-        run_plan::estimate_rank_memory(plan, config, r, options.ep_imbalance, options.attention);
-    working_set[static_cast<std::size_t>(r)] =
-        memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
-  }
-  const double sharing = profile.core_sharing(std::min(options.world, std::max(1, profile.ranks_per_node)));
-  const TermContext terms = make_term_context(plan, config, choice, profile, options, sharing);
-  const std::vector<StageCosts> stages = stage_costs(terms, working_set);
-  ActionTerms optimizer;
-  const pipeline::SimulationCosts sim = simulation_costs(terms, stages, optimizer);
-  const auto stage_median = [&](double pipeline::StageCost::*kind) {
-    std::vector<double> v;
-    for (const pipeline::StageCost& st : sim.stages) v.push_back(st.*kind);
-    return median(v);
-  };
-  const int pp = choice.pp;
-  pipeline::AutoScheduleOptions o;
-  o.costs = pipeline::SimulationCosts::uniform(pp, stage_median(&pipeline::StageCost::forward),
-                                               stage_median(&pipeline::StageCost::backward_input),
-                                               stage_median(&pipeline::StageCost::backward_weight));
-  o.costs.p2p_latency = sim.p2p_latency;
-  o.costs.p2p_bandwidth = sim.p2p_bandwidth;
-  for (std::size_t s = 0; s < o.costs.stages.size(); ++s) o.costs.stages[s].output_bytes = sim.stages[s].output_bytes;
-  o.memory_limit = config.parallel.auto_schedule_memory_limit;
-  o.weight_stash_fraction = config.parallel.auto_schedule_weight_stash_fraction;
-  o.objective = config.parallel.auto_schedule_objective == config::AutoScheduleObjectiveChoice::kSpan
-                    ? pipeline::AutoScheduleObjective::kSpan
-                    : pipeline::AutoScheduleObjective::kMakespan;
-  const int microbatches = static_cast<int>(config.resolved_batch().gradient_accumulation_steps);
-  return pipeline::ensure_lowered(pipeline::auto_schedule(pp, microbatches, o).schedule);
-}
-
-// A candidate's config, as it runs, and its run plan.
-struct Candidate {
-  config::RunConfig config;
-  run_plan::Plan plan;
-};
-
-// `choice` applied to `base`, resolved on options.world and planned (schedule `auto` priced again under
-// SearchOptions::auto_schedule_priced); nullopt with `reason` set where the engine refuses it.
-std::optional<Candidate> plan_candidate(const config::RunConfig& base, std::string_view origin,
-                                        const std::vector<std::string>& overrides, const PlanChoice& choice,
-                                        const HardwareProfile& profile, const SearchOptions& options,
-                                        SearchCache* cache, std::string& reason) {
-  Candidate c;
-  try {
-    c.config = choice.apply_to(base);
-  } catch (const ConfigKeyError& e) {
-    // Worded as when the candidate was read as --set overrides: the key's origin, then the key.
-    std::vector<std::string> all = overrides;
-    for (auto& o : choice.overrides()) all.push_back(o);
-    reason = config::keyed_message(e, origin, all);
-    return std::nullopt;
-  }
-  try {
-    c.config.resolve(options.world);
-    // The search applies its own cap (options.memory_limit, which a cap in the config already became) later:
-    // a plan over it is valid but does not fit. Left in the config, make_plan would refuse it as invalid.
-    c.config.device.memory_limit = 0;
-    c.plan = run_plan::make_plan(c.config, static_cast<int>(c.config.resolved_batch().gradient_accumulation_steps),
-                                 0, cache != nullptr ? &cache->schedules : nullptr);
-    // From here on the config is the run the plan is for: the memory plan's device-only decisions (the CPU's
-    // bf16 widening scratch, the host line) follow the device it runs on, not only what the config said.
-    c.config.device.type = planned_device(c.config, profile);
-    if (options.auto_schedule_priced && c.config.parallel.schedule == "auto") {
-      c.plan.schedule = priced_auto_schedule(c.plan, c.config, choice, profile, options);
-    }
-  } catch (const Error& e) {
-    reason = e.what();
-    return std::nullopt;
-  }
-  return c;
-}
-
-// The options the candidate is priced under: with ep > 1 and no imbalance given, the workload's expected figure
-// (partition::workload_ep_imbalance, as the memory plan and the step terms would each work it out again), worked out
-// once, with the search's integral (the same value).
-SearchOptions with_ep_imbalance(const SearchOptions& options, const run_plan::Plan& plan, const PlanChoice& choice,
-                                SearchCache* cache) {
-  SearchOptions opts = options;
-  if (choice.ep > 1 && opts.ep_imbalance <= 0) {
-    opts.ep_imbalance = partition::workload_ep_imbalance(plan.spec, choice.micro_batch, choice.cp, choice.ep,
-                                                         cache != nullptr ? &cache->expected_max : nullptr);
-  }
-  return opts;
-}
-
-// Memory: the trainer's own estimate for every pp rank; the peak and the host line (and their ranks) into `est`,
-// every rank's rows into `details`. Returns each rank's working set: what it touches over and over in a step (all
-// of it but the optimizer state, which only the optimizer step reads), which decides how warm its caches stay.
-std::vector<std::int64_t> estimate_memory(const run_plan::Plan& plan, const config::RunConfig& config,
-                                          const PlanChoice& choice, const SearchOptions& opts, PlanEstimate& est,
-                                          PlanDetails* details) {
-  std::vector<std::int64_t> working_set(static_cast<std::size_t>(choice.pp), 0);
-  for (int r = 0; r < choice.pp; ++r) {
-    // A run storing attention probabilities keeps them with every micro-batch's stash: the memory plan counts them
-    // in each attention block's (its `attention` input), so the walk and cp's transients above it are the run's.
-    const run_plan::MemoryPlan memory =
-        run_plan::estimate_rank_memory(plan, config, r, opts.ep_imbalance, opts.attention);
-    working_set[static_cast<std::size_t>(r)] =
-        memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
-    // The host line (PlanEstimate::host_pinned_bytes), on the planned device (0 on the CPU).
-    const std::int64_t host_pinned = memory.host_pinned;
-    if (details) {
-      details->memory_plan.push_back(memory.bytes);
-      details->cp_exchange.push_back(memory.cp_exchange);
-      details->host_pinned.push_back(host_pinned);
-    }
-    if (host_pinned > est.host_pinned_bytes) {
-      est.host_pinned_bytes = host_pinned;
-      est.host_pinned_rank = r;
-    }
-    if (memory.total() > est.peak_bytes) {
-      est.peak_bytes = memory.total();
-      est.peak_rank = r;
-      est.peak_by_category = memory.bytes;
-    }
-  }
-  return working_set;
-}
-
-// Whether est's peak fits under `cap` (0: none), and if not the reason, naming the rank.
-void check_fit(std::int64_t cap, PlanEstimate& est) {
-  est.fits = cap == 0 || est.peak_bytes <= cap;
-  if (!est.fits) {
-    est.reason = fmt::format("pp rank {} needs {} > cap {}", est.peak_rank, format_bytes(est.peak_bytes), format_bytes(cap));
-  }
-}
-
-// Why a measured profile cannot price the plan: it has no measurement of a block at the plan's tensor-parallel
-// width; "" when it can (or has no block tables). A profile of another model is refused (check_profile_matches).
-std::string measured_gap(const HardwareProfile& profile, const run_plan::Plan& plan, const PlanChoice& choice,
-                         int world, bool bf16) {
-  if (!profile.measured.has_blocks()) return "";
-  check_profile_matches(profile, plan.spec, bf16);
-  for (const auto& block : plan.spec.blocks) {
-    if (!profile.measured.covers(partition::block_shape_key(block), choice.tp)) {
-      return fmt::format("profile '{}' has no measurement at tensor-parallel width {} (run cleave profile with "
-                         "--world {})", profile.name, choice.tp, world);
-    }
-  }
-  return "";
-}
-
-// Ranks sharing a node's cores: each computes on its share (HardwareProfile::core_sharing), so a layout with
-// more ranks than cores is never priced faster than the cores allow.
-void share_node_cores(const HardwareProfile& profile, int world, PlanEstimate& est) {
-  est.ranks_on_node = std::min(world, std::max(1, profile.ranks_per_node));
-  est.cores_per_node = profile.cores_per_node;
-  est.core_sharing = profile.core_sharing(est.ranks_on_node);
-}
-
-// The profile's time sharing at est's ranks per node (time_shared): its compute factor, taken into core_sharing,
-// and the handoff to a descheduled peer.
-void share_time_slices(const HardwareProfile& profile, PlanEstimate& est) {
-  const TimeShared shared = time_shared(profile, est.ranks_on_node);
-  est.time_shared_compute = shared.compute;
-  est.handoff_s = shared.handoff_s;
-  est.core_sharing *= shared.compute;
-}
-
-// What the step moves: each rank's share of the communicated bytes, the ep imbalance priced, and one moe block's
-// four all-to-alls per micro-batch (the first moe block's).
-void record_traffic(const TermContext& terms, const std::vector<StageCosts>& stages, PlanEstimate& est) {
-  const int pp = terms.choice->pp;
-  for (const StageCosts& st : stages) est.comm_bytes += st.comm_bytes / pp;
-  est.ep_imbalance = terms.ep_imbalance;
-  for (int b = 0; b < static_cast<int>(terms.plan->spec.blocks.size()) && est.ep_all_to_all_s == 0; ++b) {
-    const BlockCollectives x = expert_all_to_all(terms, b);  // one moe block's four, per micro-batch
-    est.ep_all_to_all_s = x.forward_s + x.backward_s;
-  }
-}
-
-// The simulated step, its bubble and the items it trains per second into `est`.
-void record_step(const pipeline::SimulationResult& result, const config::RunConfig& config,
-                 const run_plan::Plan& plan, const SearchOptions& options, PlanEstimate& est) {
-  est.step_s = priced_step_s(result.stats, options);
-  est.bubble = options.optimizer_post_validation ? result.stats.stage_bubble_fraction : result.stats.bubble_fraction;
-  const double items = static_cast<double>(config.resolved_batch().global_batch_size * plan.spec.items_per_sample());
-  est.items_per_s = est.step_s > 0 ? items / est.step_s : 0.0;
-}
-
-// Time: the step's terms per stage (step_terms.hpp) for `working_set`, timed by the simulator, then split back
-// term by term into est's breakdown; `details` gets the simulated step and each rank's memory over it (`saved`:
-// probabilities_saved). `options` are the search's, `opts` with_ep_imbalance's.
-void price_step(const run_plan::Plan& plan, const config::RunConfig& config, const PlanChoice& choice,
-                const HardwareProfile& profile, const SearchOptions& options, const SearchOptions& opts,
-                const std::vector<std::int64_t>& working_set, const std::vector<double>& saved, SearchCache* cache,
-                PlanEstimate& est, PlanDetails* details) {
-  share_node_cores(profile, options.world, est);
-  const TermContext terms = make_term_context(plan, config, choice, profile, opts, est.core_sharing);
-  share_time_slices(profile, est);
-  const std::vector<StageCosts> stages = stage_costs(terms, working_set);
-  ActionTerms optimizer;
-  const pipeline::SimulationCosts sim = simulation_costs(terms, stages, optimizer);
-  record_traffic(terms, stages, est);
-  // In a search, the schedule validated and indexed once (SearchCache::prepared: the same timing).
-  const std::shared_ptr<const pipeline::PreparedSchedule> prepared =
-      cache != nullptr ? cache->prepared.prepare(plan.schedule) : nullptr;
-  const pipeline::SimulationResult result =
-      prepared != nullptr ? pipeline::simulate(*prepared, sim) : pipeline::simulate(plan.schedule, sim);
-  record_step(result, config, plan, options, est);
-  est.breakdown = step_breakdown(terms, stages, optimizer, sim, result, prepared.get());
-  if (details) {
-    details->simulated = result;
-    memory_over_step(plan, choice, terms.bf16, est.step_s, saved, *details);
-  }
-}
-
-}  // namespace
-
 DeviceType planned_device(const config::RunConfig& config, const HardwareProfile& profile) {
   return profile.device_type == DeviceType::kCuda ? DeviceType::kCuda : config.device.type;
 }
@@ -498,7 +194,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
                            SearchCache* cache) {
   PlanEstimate est;
   est.choice = choice;
-  const std::optional<Candidate> candidate =
+  const std::optional<PlanCandidate> candidate =
       plan_candidate(base, origin, overrides, choice, profile, options, cache, est.reason);
   if (!candidate) return est;
   const config::RunConfig& config = candidate->config;

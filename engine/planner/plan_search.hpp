@@ -10,7 +10,9 @@
 // context-parallel exchange, expert parallelism's all-to-alls and its busiest rank's expert GEMMs, ZeRO's gathers,
 // the data-parallel reduction, the optimizer step; the formulas in docs/planner.md, "The step, term by term"), and
 // split back into those terms on the busiest rank, with its idle time as point-to-point waits and bubble
-// (PlanEstimate::breakdown; `cleave plan --explain`).
+// (PlanEstimate::breakdown; `cleave plan --explain`). One estimate's steps have files of their own: the candidate
+// planned as the engine runs it (plan_candidate.hpp), its memory (plan_memory.hpp), its step priced
+// (plan_pricing.hpp).
 // Invariant: a plan whose estimated peak on any pp rank exceeds the cap is never ranked; it is kept with
 // the reason so the caller can say why nothing fits.
 #pragma once
@@ -95,6 +97,9 @@ struct PlanEstimate {
   // cores (in core_sharing) and one handoff (a collective waits one or more: collective_handoffs); 1 and 0 where it is
   // not.
   double time_shared_compute = 1.0, handoff_s = 0;
+  // A pipeline over more ranks than cores: what each transfer's receiver waits for its core's holder to end an action
+  // (step_terms.hpp, core_holder_wait_s); 0 where it is not.
+  double core_holder_wait_s = 0;
   bool oversubscribed() const { return cores_per_node > 0 && ranks_on_node > cores_per_node; }
 };
 

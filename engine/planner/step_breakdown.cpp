@@ -23,7 +23,7 @@ constexpr std::array<StepTermInfo, kNumStepTerms> kStepTermInfo = {{
     {"data_parallel", "gradient reduction over the dp x cp replicas"},
     {"optimizer", "optimizer step"},
     {"point_to_point", "idle: pipeline boundary transfers (P2P)"},
-    {"point_to_point_wait", "idle: P2P receivers waiting for the time their senders lost"},
+    {"point_to_point_wait", "idle: P2P receivers waiting for the time their senders lost, or for their core's holder"},
     {"bubble", "idle: pipeline bubble"},
 }};
 

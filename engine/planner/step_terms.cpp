@@ -9,6 +9,7 @@
 //   step_terms_sync_wait.cpp         the waits for peers' lost time at a pass's meetings (into tp, cp or ep's term) and
 //                                    at the pipeline's transfers (point_to_point_wait)
 //   step_terms_time_sharing.cpp      more ranks than cores: compute beyond the cores' share, a collective's handoffs
+//   step_terms_core_holder.cpp       more ranks than cores: a pipeline transfer's wait for its core's holder
 //   step_terms_zero_gather.cpp       zero_gather (ZeRO-3's per-block gathers, ZeRO-1/2's after the step)
 //   step_terms_data_parallel.cpp     data_parallel (the gradients' reduction over the replicas)
 //   step_terms_settle_wait.cpp       ZeRO-2 per micro-batch, more ranks than cores: the settle's wait for peers
@@ -77,6 +78,10 @@ TermContext make_term_context(const run_plan::Plan& plan, const config::RunConfi
   const TimeShared shared = time_shared(profile, std::min(options.world, std::max(1, profile.ranks_per_node)));
   c.handoff_s = shared.handoff_s;
   c.ranks_per_core = shared.ranks_per_core;
+  const int ranks_on_node = std::min(options.world, std::max(1, profile.ranks_per_node));
+  if (profile.cores_per_node > 0 && ranks_on_node > profile.cores_per_node) {
+    c.oversubscription = static_cast<double>(ranks_on_node) / profile.cores_per_node;
+  }
   c.core_sharing = core_sharing * c.compute_stretch * shared.compute;
   c.one_node = options.world <= profile.ranks_per_node;
   c.p2p_link = options.world > profile.ranks_per_node ? &profile.inter_node : &profile.intra_node;

@@ -59,6 +59,10 @@ struct TermContext {
   // collective_handoffs of them at `ranks_per_core` (handoff_wait_s). Included in core_sharing: time_shared's compute.
   double handoff_s = 0;
   double ranks_per_core = 1.0;
+  // The plan's ranks on the node over the profile's cores where they outnumber them (cores_per_node > 0; with or
+  // without time_sharing), 1 otherwise: what a pipeline transfer's receiver waits for its core's holder
+  // (core_holder_wait_s).
+  double oversubscription = 1.0;
   bool one_node = true;          // every rank on one node
   const Link* p2p_link = nullptr;
   const Link* dp_link = nullptr;
@@ -310,6 +314,19 @@ struct SendWait {
   double forward_s = 0, backward_s = 0;
 };
 std::vector<SendWait> point_to_point_sync_wait(const TermContext& c, const std::vector<StageCosts>& stages);
+// A pass's compute on the stage, at the core sharing: its GEMMs, traffic and launches (forward, input_grad,
+// weight_grad, recompute, elementwise, kernel_launch terms).
+double pass_compute_s(const ActionTerms& a);
+
+// More ranks than cores, the pipeline's transfers (step_terms_core_holder.cpp; docs/planner.md, "More ranks than
+// cores"): a receiver whose tensor arrives is not running with probability 1 - 1/ρ (ρ = `ranks_per_core`) and then
+// waits for the core's holder to end its action, half of `holder_action_s` on average:
+// (1 - 1/ρ) × holder_action_s / 2; 0 at ρ <= 1. point_to_point_sync_wait adds it to every transfer's wait.
+double core_holder_wait_s(double ranks_per_core, double holder_action_s);
+// The holder's action: the pipeline's mean F, I, W (or F, B where the schedule fuses them) per stage and micro-batch,
+// on a whole core (the priced compute over the ranks' share of the cores, TermContext::core_sharing without the
+// stretch).
+double pipeline_mean_action_s(const TermContext& c, const std::vector<StageCosts>& stages);
 
 // The simulator's inputs from the stage costs: F, I, W, REDUCE_GRAD per stage, the optimizer step (and the
 // busiest rank's ZeRO-1/2 gather), the boundary link. `optimizer` receives that step's terms.

@@ -1,8 +1,9 @@
 // peer_sync_wait and point_to_point_sync_wait: what a rank waits at the meetings inside a block's passes, and a
 // pipeline receiver at its transfers, for the time its peers lost (docs/planner.md, "Waits at meetings"), from the
-// profile's measured wait per second of compute; meeting_wait_s, the part every meeting waits whatever came before it.
-// Invariant: zero when the profile did not measure it, or the block meets no peer inside a pass (no transfer to
-// another rank), so every other figure is then unchanged.
+// profile's measured wait per second of compute, and (more ranks than cores) for its core's holder
+// (core_holder_wait_s); meeting_wait_s, the part every meeting waits whatever came before it.
+// Invariant: zero when the profile did not measure it (and, for a transfer, the ranks do not outnumber the cores), or
+// the block meets no peer inside a pass (no transfer to another rank), so every other figure is then unchanged.
 #include "engine/planner/step_terms.hpp"
 
 #include <algorithm>
@@ -48,16 +49,15 @@ SyncWait peer_sync_wait(const TermContext& c, const BlockCompute& compute, const
 std::vector<SendWait> point_to_point_sync_wait(const TermContext& c, const std::vector<StageCosts>& stages) {
   std::vector<SendWait> waits(stages.size());
   const double rate = c.profile->measured.sync_wait_per_compute;
-  if ((rate <= 0 && c.handoff_s <= 0) || c.choice->pp <= 1) return waits;
-  using T = StepTerm;
-  // A pass's compute on the stage, at the core sharing (stage_costs put it there so): GEMMs, traffic, launches.
-  const auto compute = [](const ActionTerms& a) { return a[T::kForward] + a[T::kInputGrad] + a[T::kWeightGrad] +
-                                                         a[T::kRecompute] + a[T::kElementwise] + a[T::kKernelLaunch]; };
+  if (c.choice->pp <= 1) return waits;
+  // Where the ranks outnumber the cores, each transfer's receiver may also wait for its core's holder.
+  const double holder = core_holder_wait_s(c.oversubscription, pipeline_mean_action_s(c, stages));
+  if (rate <= 0 && c.handoff_s <= 0 && holder <= 0) return waits;
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const double handoff = handoff_wait_s(c, Exchange::kPointToPoint, 2);  // each transfer a handoff too
-    waits[s].forward_s = rate * compute(stages[s].forward) + handoff;
-    const double w = c.fused_backward ? compute(stages[s].weight_grad) : 0.0;  // a fused B sends after its W
-    waits[s].backward_s = rate * (compute(stages[s].input_grad) + w) + handoff;
+    waits[s].forward_s = rate * pass_compute_s(stages[s].forward) + handoff + holder;
+    const double w = c.fused_backward ? pass_compute_s(stages[s].weight_grad) : 0.0;  // a fused B sends after its W
+    waits[s].backward_s = rate * (pass_compute_s(stages[s].input_grad) + w) + handoff + holder;
   }
   return waits;
 }

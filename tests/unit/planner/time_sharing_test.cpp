@@ -3,8 +3,9 @@
 // excess over its ideal share, and handoffs to descheduled peers (the spinning one) in each meeting's own term (tp
 // collectives, pipeline transfers, ZeRO gathers, the gradient reduction): as many per collective as its algorithm's
 // phases times the peers each phase waits for that are not running (collective_handoffs). A profile without the key,
-// or a layout with no more ranks than cores, prices exactly as before. The key round-trips and bad values are refused by name. The figures are fixed
-// here (a profile as `cleave profile` writes it), never this machine's.
+// or a layout with no more ranks than cores, prices exactly as before; a pipeline's transfers on more ranks than cores
+// wait for their core's holder (core_holder_wait_s) with or without the key. The key round-trips and bad values are
+// refused by name. The figures are fixed here (a profile as `cleave profile` writes it), never this machine's.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -146,6 +147,62 @@ TEST(SettleWait, EachMicrobatchSettleWaitsTheMeasuredRateOfItsComputeOnlyWhereTh
   EXPECT_EQ(off([](TermContext& x, PlanChoice&, HardwareProfile&) { x.replicas = 1; }), 0.0);
   EXPECT_EQ(off([](TermContext& x, PlanChoice&, HardwareProfile&) { x.handoff_s = 0; }), 0.0);
   EXPECT_EQ(off([](TermContext&, PlanChoice&, HardwareProfile& q) { q.measured.sync_wait_per_compute = 0; }), 0.0);
+}
+
+TEST(CoreHolder, AReceiverNotRunningWaitsHalfTheHoldersAction) {
+  // Recorded inputs: 3 ranks on 2 cores (a receiver is behind another rank 1/3 of the time), 4 on 2 (1/2).
+  EXPECT_DOUBLE_EQ(core_holder_wait_s(1.5, 6e-3), (1.0 / 3.0) * 3e-3);
+  EXPECT_DOUBLE_EQ(core_holder_wait_s(2.0, 4e-3), 0.5 * 2e-3);
+  EXPECT_DOUBLE_EQ(core_holder_wait_s(4.0, 4e-3), 0.75 * 2e-3);
+  // No more ranks than cores, or no action: nothing.
+  EXPECT_EQ(core_holder_wait_s(1.0, 4e-3), 0.0);
+  EXPECT_EQ(core_holder_wait_s(0.5, 4e-3), 0.0);
+  EXPECT_EQ(core_holder_wait_s(2.0, 0.0), 0.0);
+}
+
+TEST(CoreHolder, TheHoldersActionIsThePipelinesMeanActionOnAWholeCore) {
+  // A constructed context: pp2, 1.5 ranks per core, compute priced 1.5 (the cores' share) × 1.2 (the stretch).
+  HardwareProfile p = two_cores(false);
+  PlanChoice choice{1, 2, 1, 1, "zb_h1", 1, 0, partition::Recompute::kNone, 8, false};
+  TermContext c;
+  c.profile = &p;
+  c.choice = &choice;
+  c.compute_stretch = 1.2;
+  c.core_sharing = 1.5 * 1.2;
+  c.oversubscription = 1.5;
+  std::vector<StageCosts> stages(2);
+  stages[0].forward[StepTerm::kForward] = 3e-3;
+  stages[0].input_grad[StepTerm::kInputGrad] = 3e-3;
+  stages[0].input_grad[StepTerm::kRecompute] = 1e-3;
+  stages[0].weight_grad[StepTerm::kWeightGrad] = 2e-3;
+  stages[1].forward[StepTerm::kForward] = 5e-3;
+  stages[1].forward[StepTerm::kKernelLaunch] = 1e-3;
+  stages[1].forward[StepTerm::kTensorParallel] = 7e-3;  // not compute: the holder's action is its compute
+  stages[1].input_grad[StepTerm::kInputGrad] = 8e-3;
+  stages[1].weight_grad[StepTerm::kWeightGrad] = 4e-3;
+  // Split backward: 6 actions, 27 ms priced, 4.5 ms each; on a whole core 3 ms. Fused: 4 actions, 6.75 and 4.5 ms.
+  EXPECT_NEAR(pipeline_mean_action_s(c, stages), 3e-3, 1e-15);
+  TermContext fused = c;
+  fused.fused_backward = true;
+  EXPECT_NEAR(pipeline_mean_action_s(fused, stages), 4.5e-3, 1e-15);
+  // Every transfer waits (1 - 1/1.5) × 3 ms / 2 = 0.5 ms for the holder, with no measured rate and no handoff.
+  for (const SendWait& w : point_to_point_sync_wait(c, stages)) {
+    EXPECT_NEAR(w.forward_s, 0.5e-3, 1e-15);
+    EXPECT_NEAR(w.backward_s, 0.5e-3, 1e-15);
+  }
+  // No pipeline, or no more ranks than cores: no wait.
+  PlanChoice one = choice;
+  one.pp = 1;
+  TermContext unpiped = c;
+  unpiped.choice = &one;
+  TermContext undersubscribed = c;
+  undersubscribed.oversubscription = 1.0;
+  for (const TermContext& x : {unpiped, undersubscribed}) {
+    for (const SendWait& w : point_to_point_sync_wait(x, stages)) {
+      EXPECT_EQ(w.forward_s, 0.0);
+      EXPECT_EQ(w.backward_s, 0.0);
+    }
+  }
 }
 
 class TimeSharing : public testing::ScratchDirTest {
@@ -295,6 +352,33 @@ TEST_F(TimeSharing, ZeroTwoSettleWaitsForThePeersPasses) {
   rated_none.measured.time_sharing.reset();
   unrated_none.measured.time_sharing.reset();
   EXPECT_EQ(dp_term(c, rated_none, 4), dp_term(c, unrated_none, 4));
+}
+
+TEST_F(TimeSharing, OversubscribedPipelinesWaitForTheCoresHolderAtEveryTransferWithOrWithoutTheKey) {
+  // pp2 dp2 on 4 ranks over 2 cores: every transfer's receiver waits (1 - 1/2) × half the pipeline's mean action on a
+  // whole core, in point_to_point_wait, whether or not the profile measured time_sharing (the mechanism needs only the
+  // cores). No measured meeting rate here, so without the rule no transfer waited at all.
+  const PlanChoice c{1, 2, 2, 1, "1f1b", 2, 1, partition::Recompute::kNone, 8, false};
+  for (bool key : {false, true}) {
+    const PlanEstimate e = estimate(c, two_cores(key), 4);
+    ASSERT_TRUE(e.oversubscribed());
+    EXPECT_GT(e.core_holder_wait_s, 0);
+    EXPECT_GT(e.breakdown[StepTerm::kPointToPointWait], 0) << "time_sharing " << key;
+    EXPECT_NE(oversubscription_warning(e).find("for the rank holding its core"), std::string::npos)
+        << oversubscription_warning(e);
+  }
+  // The same pipeline on 2 ranks (one per core), a pipeline-free plan on 4, and a device per rank: no wait.
+  const PlanChoice pp2{1, 2, 1, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8, false};
+  const PlanEstimate fits = estimate(pp2, two_cores(false), 2);
+  EXPECT_EQ(fits.core_holder_wait_s, 0.0);
+  EXPECT_EQ(fits.breakdown[StepTerm::kPointToPointWait], 0.0);
+  const PlanChoice dp4{1, 1, 4, 1, "1f1b", 2, 1, partition::Recompute::kNone, 8, false};
+  EXPECT_EQ(estimate(dp4, two_cores(false), 4).core_holder_wait_s, 0.0);
+  HardwareProfile gpu = two_cores(false);
+  gpu.cores_per_node = 0;
+  const PlanEstimate devices = estimate(c, gpu, 4);
+  EXPECT_EQ(devices.core_holder_wait_s, 0.0);
+  EXPECT_EQ(devices.breakdown[StepTerm::kPointToPointWait], 0.0);
 }
 
 TEST_F(TimeSharing, WithoutMoreRanksThanCoresOrWithoutTheKeyNothingMoves) {

@@ -56,6 +56,7 @@ expect_error unknown-option 'unknown option'                            "${set_o
 expect_error cp-ring-chunks 'parallel\.context_parallel_size: 3 with context_parallel_comm "ring" cuts each sequence into 2 × 3 = 6 chunks.*use context_parallel_size in \{1, 2' "${set_out[@]}" --set parallel.context_parallel_size=3
 expect_error cp-a2a-heads 'parallel\.context_parallel_size: 2 with context_parallel_comm "all_to_all".*3 query and 3 kv heads' "${set_out[@]}" --set model.n_heads=3 --set model.d_model=96 --set parallel.context_parallel_size=2 --set parallel.context_parallel_comm=all_to_all
 expect_error cp-no-attention 'parallel\.context_parallel_size: 2 .*model\.type mlp has no attention; use 1' "${set_out[@]}" --set model.type=mlp --set parallel.context_parallel_size=2
+expect_error cp-cnn-no-attention 'parallel\.context_parallel_size: 2 .*model\.type cnn has no attention; use 1' "${set_out[@]}" --set model.type=cnn --set parallel.context_parallel_size=2
 expect_error cp-comm-without-cp 'parallel\.context_parallel_comm: "all_to_all" .*context_parallel_size is 1 \(no context parallelism\)' "${set_out[@]}" --set parallel.context_parallel_comm=all_to_all
 expect_error format-without-tokens 'data\.format: "uint16" is the layout of a token file, and data\.type is "synthetic"' "${set_out[@]}" --set data.format=uint16
 expect_error zero-stage-4   'optimizer\.zero_stage.*or 3 \(and parameters\), got 4' "${set_out[@]}" --set optimizer.zero_stage=4

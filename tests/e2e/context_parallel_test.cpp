@@ -1,8 +1,9 @@
 // Context parallelism (parallel.context_parallel_size), run under mpiexec: the tiny GPT and the tiny
 // grouped-query llama trained with every sequence split over cp ranks, alone and with tp (and sequence
-// parallelism), pp (1f1b, zb_v), dp with ZeRO-3, recomputation and bf16, give the per-step losses and final
-// parameters of one rank from the same seed (the one-rank reference runs inside rank 0 on a communicator of
-// its own). Both exchanges: all_to_all (Ulysses) and ring.
+// parallelism), pp (1f1b and zb_v at length; gpipe, interleaved_1f1b, zb_h1 and zb_h2 in a few steps), dp with
+// ZeRO-3, recomputation and bf16, give the per-step losses and final parameters of one rank from the same seed
+// (the one-rank reference runs inside rank 0 on a communicator of its own). Both exchanges: all_to_all (Ulysses)
+// and ring.
 //
 // Bounds, and why:
 //  - fp32, kContextParallel 2e-5 (relative, losses per step and parameters element-wise): cp splits every
@@ -21,6 +22,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <tuple>
 
 #include <unistd.h>
 #include <vector>
@@ -111,31 +113,62 @@ std::vector<Layout> layouts_for(int world, const char* exchange) {
   return {};
 }
 
+// Trains `layout` on `world` and, on rank 0, on one rank (`self`): it trained, and the losses per step and the final
+// parameters agree within the layout's bound.
+void expect_layout_matches(const Layout& layout, comm::Communicator& world, comm::Communicator& self) {
+  SCOPED_TRACE(layout.name);
+  const config::RunConfig config = layout.model(layout.overrides);
+  const RunRecord got = train_steps(config, world);
+  if (world.rank() != 0) return;
+  const RunRecord one = train_steps(single_rank_config(config), self);
+  EXPECT_LT(got.losses.back(), got.losses.front());  // it trained
+  std::string worst;
+  const double loss_diff = max_loss_rel_diff(got, one);
+  const double param_diff =
+      layout.bf16 ? max_scaled_param_diff(got, one, &worst) : max_param_rel_diff(got, one, &worst);
+  EXPECT_LE(loss_diff, layout.bf16 ? kBf16Loss : kContextParallel);
+  EXPECT_LE(param_diff, layout.bf16 ? kBf16 : kContextParallel) << "worst " << worst;
+  std::printf("[ layout ] %-30s vs one rank: loss %.3g param %.3g\n", layout.name.c_str(), loss_diff, param_diff);
+}
+
 void expect_layouts_match(const char* exchange) {
   auto world = make_world(/*deterministic=*/true);
   auto self = world->split(world->rank(), 0, "self");
   const auto layouts = layouts_for(world->size(), exchange);
   if (layouts.empty()) GTEST_SKIP() << "no layouts for world size " << world->size();
-  for (const auto& layout : layouts) {
-    SCOPED_TRACE(layout.name);
-    const config::RunConfig config = layout.model(layout.overrides);
-    const RunRecord got = train_steps(config, *world);
-    if (world->rank() != 0) continue;
-    const RunRecord one = train_steps(single_rank_config(config), *self);
-    EXPECT_LT(got.losses.back(), got.losses.front());  // it trained
-    std::string worst;
-    const double loss_diff = max_loss_rel_diff(got, one);
-    const double param_diff =
-        layout.bf16 ? max_scaled_param_diff(got, one, &worst) : max_param_rel_diff(got, one, &worst);
-    EXPECT_LE(loss_diff, layout.bf16 ? kBf16Loss : kContextParallel);
-    EXPECT_LE(param_diff, layout.bf16 ? kBf16 : kContextParallel) << "worst " << worst;
-    std::printf("[ layout ] %-30s vs one rank: loss %.3g param %.3g\n", layout.name.c_str(), loss_diff, param_diff);
-  }
+  for (const auto& layout : layouts) expect_layout_matches(layout, *world, *self);
 }
 
 TEST(ContextParallel, AllToAllMatchesOneRank) { expect_layouts_match("all_to_all"); }
 
 TEST(ContextParallel, RingMatchesOneRank) { expect_layouts_match("ring"); }
+
+// cp2 x pp2 under the schedules the layouts above leave out (they run 1f1b and zb_v for 20 steps): gpipe,
+// interleaved_1f1b (2 virtual stages per rank), zb_h1 and zb_h2, with each exchange. Each schedule orders the
+// micro-batches' forward, backward (and, zero-bubble, weight-gradient) work differently, while cp's reductions
+// must not depend on that order; 4 micro-batches per step (twice pp: each schedule has its warm-up, steady
+// phase and cool-down) and 4 steps keep it to seconds. Same comparisons and bound as the layouts above.
+using ScheduleAndExchange = std::tuple<const char*, const char*>;
+
+class ContextParallelSchedules : public ::testing::TestWithParam<ScheduleAndExchange> {};
+
+TEST_P(ContextParallelSchedules, Cp2Pp2MatchesOneRank) {
+  const auto [schedule, exchange] = GetParam();
+  auto world = make_world(/*deterministic=*/true);
+  if (world->size() != 4) GTEST_SKIP() << "runs at 4 ranks (cp2 x pp2)";
+  auto self = world->split(world->rank(), 0, "self");
+  const Layout layout{std::string(exchange) + "_cp2_pp2_" + schedule, tiny_gpt,
+                      {cp(2), comm(exchange), pp(2), std::string("parallel.schedule=") + schedule, "train.steps=4",
+                       "batch.global_batch_size=8"}};
+  expect_layout_matches(layout, *world, *self);
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, ContextParallelSchedules,
+                         ::testing::Combine(::testing::Values("gpipe", "interleaved_1f1b", "zb_h1", "zb_h2"),
+                                            ::testing::Values("all_to_all", "ring")),
+                         [](const ::testing::TestParamInfo<ScheduleAndExchange>& info) {
+                           return std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+                         });
 
 // Checkpoints hold logical tensors: a run saved at cp2 (ring) after 4 steps resumes at cp1 (one rank) and at
 // tp2, and the next 4 steps match the uninterrupted cp2 run within the cp bound (the layouts differ only in

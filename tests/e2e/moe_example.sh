@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# examples/moe/config.json stays valid: the example (a 4-expert top-2 moe on the fortunes text, dp2) runs a few
+# examples/moe/config.json stays valid: the example (an 8-expert top-2 moe on the fortunes text, dp2) runs a few
 # steps on 2 ranks under mpiexec exactly as written (only steps, evaluation and the output directory changed);
 # every metrics.jsonl row carries the routing metrics (moe_aux_loss, moe_load_imbalance, one moe_tokens_e<i>
 # per expert summing to the step's routed tokens), the loss is finite, and report.html draws "Expert load".

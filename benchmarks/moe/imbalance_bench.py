@@ -11,8 +11,11 @@ micro-batch, at --ep-imbalance equal to the workload's exact imbalance and at th
 Exit status 1 on any count or byte mismatch (the oracle check is exact); timings are reported, not asserted.
 
   benchmarks/moe/imbalance_bench.py BUILD_DIR [--eps 2,4] [--workloads uniform,zipf,...] [--steps 4]
-                                    [--smoke] [--markdown] [--launcher "mpirun --oversubscribe"]
+                                    [--rounds 1] [--smoke] [--markdown] [--launcher "mpirun --oversubscribe"]
 --smoke: one workload (zipf), ep 2, 3 steps: the ctest entry moe_imbalance_bench_smoke.
+--rounds R: R interleaved rounds (each round runs every (ep, workload) cell once, in the same order), every run
+checked against the oracle first; a cell's measured time is the median over rounds of each run's median over
+steps 2.., and the spread (min-max of the per-round medians) is reported beside it.
 """
 import argparse
 import json
@@ -87,20 +90,25 @@ def main(argv):
     p.add_argument("--eps", default="2,4")
     p.add_argument("--workloads", default="uniform,zipf,one_expert,empty_rank,moving_hot")
     p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=1, help="interleaved repeated rounds (medians over them)")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--launcher", default="mpirun --oversubscribe", help="MPI launcher; -np EP is appended")
     p.add_argument("--markdown", action="store_true")
     a = p.parse_args(argv)
     if a.smoke:
-        a.eps, a.workloads, a.steps = "2", "zipf", 3
+        a.eps, a.workloads, a.steps, a.rounds = "2", "zipf", 3, 1
+    if a.rounds < 1:
+        p.error(f"--rounds must be at least 1, got {a.rounds}")
     cleave = os.path.join(a.build, "bin", "cleave")
     config = os.path.join(HERE, "bench_moe.json")
     cfg = load(config)
-    rows_out, failed = [], False
-    for ep in (int(x) for x in a.eps.split(",")):
-        for name in a.workloads.split(","):
-            workload = f"empty_rank:{ep}" if name == "empty_rank" else name
-            micro_batches = 4 // cfg["batch"]["micro_batch_size"]  # global 4·ep samples over dp = ep ranks
+    cells = [(ep, f"empty_rank:{ep}" if name == "empty_rank" else name)
+             for ep in (int(x) for x in a.eps.split(",")) for name in a.workloads.split(",")]
+    micro_batches = 4 // cfg["batch"]["micro_batch_size"]  # global 4·ep samples over dp = ep ranks
+    runs = {cell: [] for cell in cells}  # cell -> [(wrong, compared, imbalances, per-round median ms)]
+    failed = False
+    for _ in range(a.rounds):  # interleaved: every cell once per round, so drift on the machine hits all alike
+        for ep, workload in cells:
             with tempfile.TemporaryDirectory() as tmp:
                 metrics = run_train(a.launcher, cleave, config, ep, workload, a.steps, os.path.join(tmp, "run"))
             wrong, compared, imbalances = check(metrics, cfg, ep, workload, micro_batches)
@@ -108,24 +116,34 @@ def main(argv):
             for w in wrong[:10]:
                 print(f"MISMATCH ep{ep} {workload}: {w}", file=sys.stderr)
             measured = [r["moe_ep_all_to_all_ms"] for r in metrics[1:] if "moe_ep_all_to_all_ms" in r]
-            exact = statistics.mean(imbalances)
-            per_step = cfg["model"]["n_layers"] * micro_batches  # moe blocks x micro-batches
-            at_exact = predicted(cleave, config, ep, exact)["ep_all_to_all_s"] * per_step * 1e3
-            at_default = predicted(cleave, config, ep, 0)
-            rows_out.append({
-                "ep": ep, "workload": workload, "steps": len(metrics), "compared": compared,
-                "mismatches": len(wrong), "imbalance": exact,
-                "measured_ms": statistics.median(measured) if measured else None,
-                "predicted_ms": at_exact,
-                "default_imbalance": at_default["ep_imbalance"],
-                "predicted_default_ms": at_default["ep_all_to_all_s"] * per_step * 1e3,
-            })
+            runs[(ep, workload)].append((wrong, compared, imbalances,
+                                         statistics.median(measured) if measured else None))
+    rows_out = []
+    for ep, workload in cells:
+        cell = runs[(ep, workload)]
+        exact = statistics.mean(cell[0][2])
+        per_round = [c[3] for c in cell if c[3] is not None]
+        per_step = cfg["model"]["n_layers"] * micro_batches  # moe blocks x micro-batches
+        at_exact = predicted(cleave, config, ep, exact)["ep_all_to_all_s"] * per_step * 1e3
+        at_default = predicted(cleave, config, ep, 0)
+        rows_out.append({
+            "ep": ep, "workload": workload, "steps": a.steps, "rounds": len(cell),
+            "compared": sum(c[1] for c in cell), "mismatches": sum(len(c[0]) for c in cell), "imbalance": exact,
+            "measured_ms": statistics.median(per_round) if per_round else None,
+            "measured_rounds_ms": per_round,
+            "predicted_ms": at_exact,
+            "default_imbalance": at_default["ep_imbalance"],
+            "predicted_default_ms": at_default["ep_all_to_all_s"] * per_step * 1e3,
+        })
     if a.markdown:
-        print("| ep | workload | fields checked | mismatches | imbalance (max/mean rows) | all-to-alls per step, measured ms (median) | predicted ms at that imbalance | predicted ms at the default (f) |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| ep | workload | fields checked | mismatches | imbalance (max/mean rows) | all-to-alls per step, measured ms (median over rounds) | per-round medians ms | measured / predicted | predicted ms at that imbalance | predicted ms at the default (f) |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for r in rows_out:
             meas = f"{r['measured_ms']:.3f}" if r["measured_ms"] is not None else "-"
+            spread = " ".join(f"{x:.3f}" for x in r["measured_rounds_ms"]) or "-"
+            ratio = f"{r['measured_ms'] / r['predicted_ms']:.2f}" if r["measured_ms"] is not None else "-"
             print(f"| {r['ep']} | {r['workload']} | {r['compared']} | {r['mismatches']} | {r['imbalance']:.3f} | {meas} | "
+                  f"{spread} | {ratio} | "
                   f"{r['predicted_ms']:.3f} | {r['predicted_default_ms']:.3f} ({r['default_imbalance']:.3f}) |")
     else:
         print(json.dumps(rows_out, indent=1))

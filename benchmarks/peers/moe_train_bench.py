@@ -4,8 +4,8 @@ interleaved (the moe counterpart of cpu_train_bench.py, written the same way: a 
 Cleave run, timed by its metrics.jsonl step_ms; PyTorch in this process; the shared lock held per round).
 
 For each model, ROUNDS rounds; in each round every contender runs in turn (Cleave fp32, Cleave bf16, PyTorch eager
-fp32, the same with grouped experts, PyTorch eager under bf16 autocast; with --cleave-before also Cleave fp32 from a
-second binary, the code before a change), so load drift on a shared machine hits all alike. A contender's figure for
+fp32, the same with grouped experts, PyTorch eager under bf16 autocast; with --cleave-before each Cleave contender
+also from a second binary, the code before a change: cleave_fp32_before, cleave_bf16_before), so load drift on a shared machine hits all alike. A contender's figure for
 a round is the median step time of its timed steps (after --warmup steps), as tokens/s; the table gives the median
 over rounds and each contender's ratio to PyTorch eager fp32.
 
@@ -167,7 +167,7 @@ def main():
         tokens = cfg["batch"] * cfg["T"]
         names = a.contenders.split(",")
         if a.cleave_before:
-            names = ["cleave_fp32_before"] + names
+            names = [n + "_before" for n in names if n.startswith("cleave_")] + names
         contenders = []
         for name in names:
             if name.startswith("cleave_"):

@@ -89,16 +89,17 @@ template <typename In, typename Out>
 struct Kernel {
   using Plain = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const In*, int64_t, const In*, int64_t, float,
                          Out*, int64_t);
-  using WithMatmuls = void (*)(OneDnnMatmuls&, bool, bool, int64_t, int64_t, int64_t, float, const In*, int64_t,
-                               const In*, int64_t, float, Out*, int64_t);
+  using WithMatmuls = void (*)(OneDnnMatmuls&, GemmShape, bool, bool, int64_t, int64_t, int64_t, float, const In*,
+                               int64_t, const In*, int64_t, float, Out*, int64_t);
   Plain plain = nullptr;
   WithMatmuls onednn = nullptr;
   OneDnnMatmuls* matmuls = nullptr;  // set with `onednn`
+  GemmShape shape = GemmShape::kExact;
 
   void operator()(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const In* a, int64_t lda,
                   const In* b, int64_t ldb, float beta, Out* c, int64_t ldc) const {
     if (onednn != nullptr) {
-      onednn(*matmuls, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      onednn(*matmuls, shape, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     } else {
       plain(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     }
@@ -127,7 +128,7 @@ F32Library f32_library(const char* op, GemmLibrary library) {
     case GemmBackend::kBlis:
       return {{gemm_detail::sgemm_blis}, false};
     case GemmBackend::kOneDnn:
-      return {{nullptr, gemm_detail::sgemm_onednn, &onednn_matmuls(op, library)}, false};
+      return {{nullptr, gemm_detail::sgemm_onednn, &onednn_matmuls(op, library), library.shape}, false};
   }
   CLEAVE_ASSERT(false, "unknown GemmBackend {}", static_cast<int>(library.backend));
 }
@@ -149,10 +150,11 @@ void gemm_unchecked(Kernel<In, Out> kernel, bool trans_a, bool trans_b, int64_t 
   if (bias != nullptr) {
     if (k == 0) return fill_bias(m, n, bias, c, ldc);
     if constexpr (std::is_same_v<In, std::uint16_t> && std::is_same_v<Out, float>) {
-      gemm_detail::bf16gemm_onednn_f32_bias(*kernel.matmuls, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
+      gemm_detail::bf16gemm_onednn_f32_bias(*kernel.matmuls, kernel.shape, trans_a, trans_b, m, n, k, a, lda, b, ldb,
+                                            bias, c, ldc);
     } else if constexpr (std::is_same_v<In, std::uint16_t> && std::is_same_v<Out, std::uint16_t>) {
-      gemm_detail::bf16gemm_onednn_bf16_bias(*kernel.matmuls, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c,
-                                             ldc);
+      gemm_detail::bf16gemm_onednn_bf16_bias(*kernel.matmuls, kernel.shape, trans_a, trans_b, m, n, k, a, lda, b,
+                                             ldb, bias, c, ldc);
     } else {
       CLEAVE_ASSERT(false, "gemm: a bias epilogue needs bf16 operands");
     }
@@ -313,11 +315,12 @@ void gemm_bf16_strided_batched(GemmLibrary library, bool trans_a, bool trans_b, 
   CLEAVE_ASSERT(k == 0 || (a != nullptr && b != nullptr), "gemm_bf16: null A or B");
   OneDnnMatmuls& matmuls = onednn_matmuls("gemm_bf16", library);
   if (c.f32 != nullptr) {
-    const Kernel<std::uint16_t, float> kernel{nullptr, gemm_detail::bf16gemm_onednn_f32, &matmuls};
+    const Kernel<std::uint16_t, float> kernel{nullptr, gemm_detail::bf16gemm_onednn_f32, &matmuls, library.shape};
     gemm_batched(kernel, false, kOneDnnBf16Side, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
                  beta, c.f32, ldc, stride_c, batch, slicing, bias);
   } else {
-    const Kernel<std::uint16_t, std::uint16_t> kernel{nullptr, gemm_detail::bf16gemm_onednn_bf16, &matmuls};
+    const Kernel<std::uint16_t, std::uint16_t> kernel{nullptr, gemm_detail::bf16gemm_onednn_bf16, &matmuls,
+                                                      library.shape};
     gemm_batched(kernel, false, kOneDnnBf16Side, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
                  beta, c.bf16, ldc, stride_c, batch, slicing, bias);
   }

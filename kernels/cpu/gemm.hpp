@@ -20,9 +20,11 @@ class OneDnnMatmuls;  // onednn_matmuls.hpp
 
 // The library a GEMM runs on and the run's state it keeps between calls: oneDNN needs `onednn` (its primitives
 // and scratchpads; the CPU backend's resources own one per run); OpenBLAS and BLIS keep none and ignore it.
+// `shape`: whether m and k change from call to call (gemm_backend.hpp; a grouped GEMM's groups are kVarying).
 struct GemmLibrary {
   GemmBackend backend = GemmBackend::kOpenBlas;
   OneDnnMatmuls* onednn = nullptr;
+  GemmShape shape = GemmShape::kExact;
 };
 
 // How a large GEMM is cut over the OpenMP team. OpenBLAS's bits depend on the slice shapes (measured:

@@ -17,6 +17,13 @@ namespace cleave::kernels::cpu {
 
 enum class GemmBackend { kOpenBlas, kBlis, kOneDnn };
 
+// Whether a GEMM's m and k are a layer's fixed sizes (kExact) or change from call to call (kVarying: a grouped
+// GEMM's groups, whose row count is the number of tokens routed to each expert and changes every step). oneDNN
+// makes one primitive per exact shape for kExact, and one with m and k given at run time (DNNL_RUNTIME_DIM_VAL)
+// per remaining shape for kVarying, so routing never makes a primitive (onednn_matmuls.hpp); OpenBLAS and BLIS
+// ignore it. Part of the problem: a GEMM's bits depend on its shape and this, never on which calls came before.
+enum class GemmShape { kExact, kVarying };
+
 // "openblas", "blis", "onednn" (the device.blas names).
 const char* gemm_backend_name(GemmBackend backend);
 // Whether this build links the library.

@@ -9,6 +9,12 @@
 //
 // Primitives are cached by problem (sizes, strides, transposes, alpha, beta, dtypes) in the run's OneDnnMatmuls
 // (onednn_matmuls.hpp), which the caller passes: creating one costs tens of microseconds, as much as a small GEMM.
+// A GemmShape::kVarying problem (a grouped GEMM's group) leaves m and k out of its key: its primitive takes them at
+// run time (DNNL_RUNTIME_DIM_VAL), so one primitive serves every row count routing produces. oneDNN 2.6 runs such
+// a primitive on its gemm:jit kernels rather than brgemm (measured per call on the MoE expert shapes, 2-vCPU Zen 4:
+// bf16 1.01-1.06x brgemm's time, f32 0.98-1.01x; an exact primitive costs ~160 us to make, more than such a GEMM),
+// and its bits may
+// differ from the exact primitive's: a kVarying GEMM's bits are a function of its shape, as every GEMM's are.
 // Nothing here is process state.
 #include "cleave/config.hpp"
 #include "engine/core/error.hpp"
@@ -44,7 +50,8 @@ struct ProblemKey {
   float alpha, beta;
   dt in, out;
   bool bias = false;  // an f32 bias of n elements added in the kernel's epilogue (alpha 1, beta 0)
-  auto tie() const { return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, in, out, bias); }
+  GemmShape shape = GemmShape::kExact;  // kVarying: m and k are given at run time (they are 0 in the cache's key)
+  auto tie() const { return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, in, out, bias, shape); }
   bool operator<(const ProblemKey& o) const { return tie() < o.tie(); }
 };
 
@@ -53,12 +60,24 @@ struct Matmul {
   dnnl::memory::desc a, b, c, bias, scratchpad;
 };
 
+using dims = dnnl::memory::dims;
+
+// Row-major storage; a transposed operand is the same memory read with swapped strides. m and k may be
+// DNNL_RUNTIME_DIM_VAL (a primitive's descriptors) or the call's sizes (its memory objects).
+dnnl::memory::desc a_desc(const ProblemKey& p, std::int64_t m, std::int64_t k) {
+  return dnnl::memory::desc(dims{m, k}, p.in, p.trans_a ? dims{1, p.lda} : dims{p.lda, 1});
+}
+dnnl::memory::desc b_desc(const ProblemKey& p, std::int64_t k) {
+  return dnnl::memory::desc(dims{k, p.n}, p.in, p.trans_b ? dims{1, p.ldb} : dims{p.ldb, 1});
+}
+dnnl::memory::desc c_desc(const ProblemKey& p, std::int64_t m) {
+  return dnnl::memory::desc(dims{m, p.n}, p.out, dims{p.ldc, 1});
+}
+
 Matmul make_matmul(const dnnl::engine& engine, const ProblemKey& p) {
-  using dims = dnnl::memory::dims;
-  // Row-major storage; a transposed operand is the same memory read with swapped strides.
-  const dnnl::memory::desc a(dims{p.m, p.k}, p.in, p.trans_a ? dims{1, p.lda} : dims{p.lda, 1});
-  const dnnl::memory::desc b(dims{p.k, p.n}, p.in, p.trans_b ? dims{1, p.ldb} : dims{p.ldb, 1});
-  const dnnl::memory::desc c(dims{p.m, p.n}, p.out, dims{p.ldc, 1});
+  const bool varying = p.shape == GemmShape::kVarying;
+  const std::int64_t m = varying ? DNNL_RUNTIME_DIM_VAL : p.m, k = varying ? DNNL_RUNTIME_DIM_VAL : p.k;
+  const dnnl::memory::desc a = a_desc(p, m, k), b = b_desc(p, k), c = c_desc(p, m);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // each call brings its own (see run_matmul)
   if (p.alpha != 1.0f) attr.set_output_scales(0, {p.alpha});
@@ -149,16 +168,18 @@ class ScratchpadLease {
   Scratchpad scratch_;
 };
 
-void run_matmul(OneDnnMatmuls::State& state, const ProblemKey& key, const void* a, const void* b, void* c,
-                const float* bias) {
+// `key` is the cache's key (m and k 0 when kVarying); `m` and `k` the call's sizes.
+void run_matmul(OneDnnMatmuls::State& state, const ProblemKey& key, std::int64_t m, std::int64_t k, const void* a,
+                const void* b, void* c, const float* bias) {
   // Each call has its own scratchpad: two slices of one GEMM run the same primitive at once.
   ScratchpadLease scratch(state);
   const Matmul& mm = state.acquire(key, scratch.get());
   const dnnl::engine& engine = state.engine;
   dnnl::stream stream(engine);
-  dnnl::memory ma(mm.a, engine, const_cast<void*>(a));
-  dnnl::memory mb(mm.b, engine, const_cast<void*>(b));
-  dnnl::memory mc(mm.c, engine, c);
+  const bool varying = key.shape == GemmShape::kVarying;
+  dnnl::memory ma(varying ? a_desc(key, m, k) : mm.a, engine, const_cast<void*>(a));
+  dnnl::memory mb(varying ? b_desc(key, k) : mm.b, engine, const_cast<void*>(b));
+  dnnl::memory mc(varying ? c_desc(key, m) : mm.c, engine, c);
   dnnl::memory ms(mm.scratchpad, engine, scratch.get()->data());
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
@@ -167,14 +188,17 @@ void run_matmul(OneDnnMatmuls::State& state, const ProblemKey& key, const void* 
   stream.wait();
 }
 
-// Runs the matmul as the single-thread primitive (see the file comment).
-void run_single_threaded(OneDnnMatmuls& matmuls, const ProblemKey& key, const void* a, const void* b, void* c,
+// Runs the matmul as the single-thread primitive (see the file comment). `problem` holds the call's sizes.
+void run_single_threaded(OneDnnMatmuls& matmuls, const ProblemKey& problem, const void* a, const void* b, void* c,
                          const float* bias = nullptr) {
   OneDnnMatmuls::State& state = matmuls.state();
+  ProblemKey key = problem;
+  if (key.shape == GemmShape::kVarying) key.m = key.k = 0;  // one primitive for every m and k
+  const ProblemKey& p = problem;
   try {
     if (omp_in_parallel()) {
       omp_set_num_threads(1);  // this task's setting only; ends with the enclosing region
-      run_matmul(state, key, a, b, c, bias);
+      run_matmul(state, key, p.m, p.k, a, b, c, bias);
       return;
     }
     std::exception_ptr failure;
@@ -182,15 +206,17 @@ void run_single_threaded(OneDnnMatmuls& matmuls, const ProblemKey& key, const vo
     {
       omp_set_num_threads(1);
       try {
-        run_matmul(state, key, a, b, c, bias);
+        run_matmul(state, key, p.m, p.k, a, b, c, bias);
       } catch (...) {
         failure = std::current_exception();
       }
     }
     if (failure) std::rethrow_exception(failure);
   } catch (const dnnl::error& e) {
-    CLEAVE_THROW("gemm: oneDNN matmul failed for {}x{}x{} (trans_a {}, trans_b {}, lda {}, ldb {}, ldc {}): {}",
-                 key.m, key.n, key.k, key.trans_a, key.trans_b, key.lda, key.ldb, key.ldc, e.what());
+    CLEAVE_THROW("gemm: oneDNN matmul failed for {}x{}x{} (trans_a {}, trans_b {}, lda {}, ldb {}, ldc {}, {} shape): "
+                 "{}",
+                 p.m, p.n, p.k, p.trans_a, p.trans_b, p.lda, p.ldb, p.ldc,
+                 p.shape == GemmShape::kVarying ? "varying" : "exact", e.what());
   }
 }
 
@@ -229,37 +255,44 @@ std::string onednn_description() {
 
 namespace gemm_detail {
 
-void sgemm_onednn(OneDnnMatmuls& matmuls, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-                  float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
-                  float* c, std::int64_t ldc) {
-  run_single_threaded(matmuls, {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, dt::f32, dt::f32}, a, b, c);
+void sgemm_onednn(OneDnnMatmuls& matmuls, GemmShape shape, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                  std::int64_t k, float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                  float beta, float* c, std::int64_t ldc) {
+  run_single_threaded(matmuls, {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, dt::f32, dt::f32, false, shape},
+                      a, b, c);
 }
 
-void bf16gemm_onednn_f32(OneDnnMatmuls& matmuls, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
-                         std::int64_t k, float alpha, const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b,
-                         std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
-  run_single_threaded(matmuls, {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, dt::bf16, dt::f32}, a, b, c);
+void bf16gemm_onednn_f32(OneDnnMatmuls& matmuls, GemmShape shape, bool trans_a, bool trans_b, std::int64_t m,
+                         std::int64_t n, std::int64_t k, float alpha, const std::uint16_t* a, std::int64_t lda,
+                         const std::uint16_t* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  run_single_threaded(matmuls, {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, dt::bf16, dt::f32, false, shape},
+                      a, b, c);
 }
 
-void bf16gemm_onednn_bf16(OneDnnMatmuls& matmuls, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
-                          std::int64_t k, float alpha, const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b,
-                          std::int64_t ldb, float beta, std::uint16_t* c, std::int64_t ldc) {
-  run_single_threaded(matmuls, {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, dt::bf16, dt::bf16}, a, b, c);
+void bf16gemm_onednn_bf16(OneDnnMatmuls& matmuls, GemmShape shape, bool trans_a, bool trans_b, std::int64_t m,
+                          std::int64_t n, std::int64_t k, float alpha, const std::uint16_t* a, std::int64_t lda,
+                          const std::uint16_t* b, std::int64_t ldb, float beta, std::uint16_t* c, std::int64_t ldc) {
+  run_single_threaded(matmuls,
+                      {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, dt::bf16, dt::bf16, false, shape}, a, b,
+                      c);
 }
 
-void bf16gemm_onednn_f32_bias(OneDnnMatmuls& matmuls, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
-                              std::int64_t k, const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b,
-                              std::int64_t ldb, const float* bias, float* c, std::int64_t ldc) {
+void bf16gemm_onednn_f32_bias(OneDnnMatmuls& matmuls, GemmShape shape, bool trans_a, bool trans_b, std::int64_t m,
+                              std::int64_t n, std::int64_t k, const std::uint16_t* a, std::int64_t lda,
+                              const std::uint16_t* b, std::int64_t ldb, const float* bias, float* c, std::int64_t ldc) {
   ProblemKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, 1.0f, 0.0f, dt::bf16, dt::f32};
   key.bias = true;
+  key.shape = shape;
   run_single_threaded(matmuls, key, a, b, c, bias);
 }
 
-void bf16gemm_onednn_bf16_bias(OneDnnMatmuls& matmuls, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
-                               std::int64_t k, const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b,
-                               std::int64_t ldb, const float* bias, std::uint16_t* c, std::int64_t ldc) {
+void bf16gemm_onednn_bf16_bias(OneDnnMatmuls& matmuls, GemmShape shape, bool trans_a, bool trans_b, std::int64_t m,
+                               std::int64_t n, std::int64_t k, const std::uint16_t* a, std::int64_t lda,
+                               const std::uint16_t* b, std::int64_t ldb, const float* bias, std::uint16_t* c,
+                               std::int64_t ldc) {
   ProblemKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, 1.0f, 0.0f, dt::bf16, dt::bf16};
   key.bias = true;
+  key.shape = shape;
   run_single_threaded(matmuls, key, a, b, c, bias);
 }
 
@@ -287,26 +320,26 @@ namespace {
 }
 }  // namespace
 
-void sgemm_onednn(OneDnnMatmuls&, bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*,
+void sgemm_onednn(OneDnnMatmuls&, GemmShape, bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*,
                   std::int64_t, const float*, std::int64_t, float, float*, std::int64_t) {
   not_built();
 }
-void bf16gemm_onednn_f32(OneDnnMatmuls&, bool, bool, std::int64_t, std::int64_t, std::int64_t, float,
+void bf16gemm_onednn_f32(OneDnnMatmuls&, GemmShape, bool, bool, std::int64_t, std::int64_t, std::int64_t, float,
                          const std::uint16_t*, std::int64_t, const std::uint16_t*, std::int64_t, float, float*,
                          std::int64_t) {
   not_built();
 }
-void bf16gemm_onednn_bf16(OneDnnMatmuls&, bool, bool, std::int64_t, std::int64_t, std::int64_t, float,
+void bf16gemm_onednn_bf16(OneDnnMatmuls&, GemmShape, bool, bool, std::int64_t, std::int64_t, std::int64_t, float,
                           const std::uint16_t*, std::int64_t, const std::uint16_t*, std::int64_t, float,
                           std::uint16_t*, std::int64_t) {
   not_built();
 }
-void bf16gemm_onednn_f32_bias(OneDnnMatmuls&, bool, bool, std::int64_t, std::int64_t, std::int64_t,
+void bf16gemm_onednn_f32_bias(OneDnnMatmuls&, GemmShape, bool, bool, std::int64_t, std::int64_t, std::int64_t,
                               const std::uint16_t*, std::int64_t, const std::uint16_t*, std::int64_t, const float*,
                               float*, std::int64_t) {
   not_built();
 }
-void bf16gemm_onednn_bf16_bias(OneDnnMatmuls&, bool, bool, std::int64_t, std::int64_t, std::int64_t,
+void bf16gemm_onednn_bf16_bias(OneDnnMatmuls&, GemmShape, bool, bool, std::int64_t, std::int64_t, std::int64_t,
                                const std::uint16_t*, std::int64_t, const std::uint16_t*, std::int64_t, const float*,
                                std::uint16_t*, std::int64_t) {
   not_built();

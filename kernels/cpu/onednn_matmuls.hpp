@@ -3,7 +3,11 @@
 // CPU backend's resources (kernels/ops/cpu/cpu_resources.hpp) and handed to gemm.hpp's functions in GemmLibrary:
 // nothing of it is process state, so two runs in one process never share or race on it.
 //
-// Invariants: a primitive is made once per distinct problem and never erased (a run has a few dozen GEMM shapes);
+// Invariants: a primitive is made once per distinct problem and never erased. The bound: one per distinct exact
+// problem (a run's layer shapes and their slices: a few dozen) plus one per distinct varying problem, whose key
+// leaves out m and k (GemmShape::kVarying, gemm_backend.hpp: a grouped GEMM's groups, one per expert projection and
+// pass), so the count never depends on how many rows routing sends to an expert (issue 33: the example moe made
+// 1,586 primitives in 30 steps when each row count had its own; primitives() lets tests check the bound);
 // a scratchpad serves one call at a time (two slices of one GEMM run the same primitive at once, each with its
 // own) and is sized to the largest scratchpad of any primitive made so far, so once a run has seen its shapes
 // (its first step) no call allocates one. Thread-safe: the cache and the free scratchpads are guarded by a mutex;

@@ -29,6 +29,23 @@ struct GemmProblem {
   std::int64_t stride_a = 0, stride_b = 0, stride_c = 0, batch = 1;
   float alpha = 1.0f, beta = 0.0f;
   GemmEpilogue epilogue = GemmEpilogue::kNone;
+  // m or k is a grouped GEMM's group row count (GroupedGemmProblem), which changes from call to call: a backend
+  // may run such problems on one plan made for any m and k (the CPU's oneDNN: one primitive, not one per count).
+  bool varying_shape = false;
+};
+
+// A checked grouped GEMM (ops.hpp "Mixture of experts"), one GEMM per non-empty group: group g covers rows
+// [first_g, first_g + rows[g]) of the row-block operands, first_g the sum of the rows before it;
+// detail::group_gemm resolves group g's GemmProblem (varying_shape set), so no backend builds a list of them.
+//   kRowBlocks:  C_g = alpha · A_g · op(B[g]) + beta · C_g; A [rows, k], C [rows, n], B [G, k, n]
+//                (trans_b: [G, n, k]).
+//   kWeightGrad: C[g] = alpha · A_g^T · B_g + beta · C[g]; A [rows, m], B [rows, n], C [G, m, n].
+enum class GroupedGemmKind { kRowBlocks, kWeightGrad };
+struct GroupedGemmProblem {
+  GroupedGemmKind kind = GroupedGemmKind::kRowBlocks;
+  Tensor a, b, c;                      // A and the row-block operands as 2-D [rows, cols] views
+  std::span<const std::int64_t> rows;  // per group (G of them): >= 0, summing to A's rows
+  GemmOptions options;                 // each group's GEMM options (trans_a set for kWeightGrad)
 };
 
 // A checked attention call with its layout resolved (ops.hpp "Attention"): each operand is a tensor, the column
@@ -51,11 +68,12 @@ struct AttentionProblem {
 struct Backend {
   const char* name;
   void (*gemm)(const Context&, const GemmProblem&);
-  // Independent GEMMs (no two write the same C element), e.g. one grouped GEMM's groups (ops_moe.cpp): the gemm
-  // slot's result on each, except that a backend may run each whole on one thread where the gemm slot would slice
-  // it (outside deterministic mode a GEMM's bits may depend on its slices; a problem's bits still depend on its own
-  // shape and the thread count only). A backend without a kernel of its own fills this with detail::gemm_each.
-  void (*gemm_many)(const Context&, std::span<const GemmProblem>);
+  // A grouped GEMM's groups (independent GEMMs: no two write the same C element; ops_moe.cpp): the gemm slot's
+  // result on each group's problem (detail::group_gemm), except that a backend may run each whole on one thread
+  // where the gemm slot would slice it (outside deterministic mode a GEMM's bits may depend on its slices; a group's
+  // bits still depend on its own shape and the thread count only). A backend without a kernel of its own fills
+  // this with detail::grouped_gemm_each. Host memory: none per call (a steady-state step allocates nothing).
+  void (*grouped_gemm)(const Context&, const GroupedGemmProblem&);
   void (*fill)(const Context&, const Tensor&, float);
   void (*copy)(const Context&, const Tensor& src, const Tensor& dst);
   void (*copy_2d)(const Context&, const Tensor& src, const Tensor& dst, const Copy2d& shape);
@@ -155,7 +173,10 @@ namespace detail {
 void adamw_update_each(const Context& ctx, std::span<const AdamWItem> items, const AdamWHyper& hyper);
 void sgd_update_each(const Context& ctx, std::span<const SgdItem> items, const SgdHyper& hyper);
 void scale_inplace_each(const Context& ctx, std::span<const Tensor> ys, float alpha);
-void gemm_each(const Context& ctx, std::span<const GemmProblem> problems);  // the gemm slot on each in turn
+// Group g's GEMM (rows [first, first + problem.rows[g]) of the row-block operands; ops_moe.cpp), and the gemm slot
+// on each non-empty group in turn.
+GemmProblem group_gemm(const Context& ctx, const GroupedGemmProblem& problem, std::int64_t g, std::int64_t first);
+void grouped_gemm_each(const Context& ctx, const GroupedGemmProblem& problem);
 }  // namespace detail
 
 // The backend serving `device` in this build; throws Error when the build has none (a cuda device in a

@@ -59,7 +59,7 @@ void gemm(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
 // ---- Mixture of experts: grouped GEMMs and token routing --------------------------------------------------
 // Grouped GEMM, one GEMM per expert (group): `groups` (host) lists the rows of each group, in order; they sum
 // to the rows of the grouped operands. Groups of 0 rows are skipped (their C is left as it is). Each group is
-// one GEMM (same dtypes, same determinism as gemm()), the groups handed together to the backend's gemm_many slot
+// one GEMM (same dtypes, same determinism as gemm()), the groups handed together to the backend's grouped_gemm slot
 // (backend.hpp: the CPU runs the small ones whole, one per thread of one region), so the op serves every device.
 //   grouped_gemm:             C_g = alpha · A_g · op(B[g]) + beta · C_g; A [rows, k] and C [rows, n] in
 //                             consecutive row blocks A_g, C_g; B [G, k, n] (trans_b: [G, n, k]).

@@ -1,6 +1,5 @@
 // gemm: operand shapes -> a GemmProblem (m, n, k, leading dimensions, batch strides), checked once for
-// every backend (resolve_gemm, also the grouped GEMMs' per-group problems); gemm_each, the gemm_many slot of a
-// backend without one of its own.
+// every backend (resolve_gemm, also the grouped GEMMs' per-group problems: ops_moe.cpp's group_gemm).
 #include <algorithm>
 
 #include "kernels/ops/dispatch.hpp"
@@ -70,11 +69,6 @@ GemmProblem resolve_gemm(const Context& ctx, const Tensor& a, const Tensor& b, c
     p.bias = options.bias;
   }
   return p;
-}
-
-void gemm_each(const Context& ctx, std::span<const GemmProblem> problems) {
-  const auto slot = slot_of(ctx, &Backend::gemm, "gemm");
-  for (const GemmProblem& p : problems) slot(ctx, p);
 }
 
 }  // namespace detail

@@ -1,8 +1,7 @@
-// Mixture-of-experts ops (ops.hpp "Mixture of experts"): the grouped GEMMs, resolved as one GEMM problem per
-// non-empty group on row-block views and handed together to the backend's gemm_many slot (CUDA: one gemm each; the
-// CPU: the small ones shared out whole over one OpenMP region), and the checks of the routing ops before their slots.
-#include <numeric>
-#include <vector>
+// Mixture-of-experts ops (ops.hpp "Mixture of experts"): the grouped GEMMs, checked once and handed whole to the
+// backend's grouped_gemm slot (a GroupedGemmProblem: row-block views and the groups' rows; group_gemm resolves one
+// group's GEMM on them, so no per-call list is built; CUDA: one gemm each; the CPU: the small ones shared out whole
+// over one OpenMP region), and the checks of the routing ops before their slots.
 
 #include "kernels/ops/dispatch.hpp"
 #include "kernels/ops/ops.hpp"
@@ -30,6 +29,30 @@ Tensor entry(const Tensor& t, std::int64_t g) { return t.slice(g, g + 1).view(Sh
 
 }  // namespace
 
+namespace detail {
+
+GemmProblem group_gemm(const Context& ctx, const GroupedGemmProblem& problem, std::int64_t g, std::int64_t first) {
+  const std::int64_t rows = problem.rows[static_cast<std::size_t>(g)];
+  const Tensor a = problem.a.slice(first, first + rows);
+  const bool row_blocks = problem.kind == GroupedGemmKind::kRowBlocks;
+  const Tensor b = row_blocks ? entry(problem.b, g) : problem.b.slice(first, first + rows);
+  const Tensor c = row_blocks ? problem.c.slice(first, first + rows) : entry(problem.c, g);
+  GemmProblem p = resolve_gemm(ctx, a, b, c, problem.options);
+  p.varying_shape = true;
+  return p;
+}
+
+void grouped_gemm_each(const Context& ctx, const GroupedGemmProblem& problem) {
+  const auto gemm = slot_of(ctx, &Backend::gemm, "gemm");
+  std::int64_t first = 0;
+  for (std::size_t g = 0; g < problem.rows.size(); ++g) {
+    if (problem.rows[g] > 0) gemm(ctx, group_gemm(ctx, problem, static_cast<std::int64_t>(g), first));
+    first += problem.rows[g];
+  }
+}
+
+}  // namespace detail
+
 void grouped_gemm(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
                   std::span<const std::int64_t> groups, const GroupedGemmOptions& options) {
   constexpr std::string_view op = "grouped_gemm";
@@ -45,22 +68,11 @@ void grouped_gemm(const Context& ctx, const Tensor& a, const Tensor& b, const Te
   CLEAVE_CHECK(c.shape().last() == n && c.numel() / n == a.numel() / k, "{}: C {} should be [{}, {}]", op,
                c.shape().str(), a.numel() / k, n);
   check_groups(op, groups, a.numel() / k);
-  const Tensor a2 = as_rows(a, k), c2 = as_rows(c, n);
-  GemmOptions gemm_options;
-  gemm_options.trans_b = options.trans_b;
-  gemm_options.alpha = options.alpha;
-  gemm_options.beta = options.beta;
-  std::vector<GemmProblem> problems;
-  std::int64_t first = 0;
-  for (std::int64_t g = 0; g < g_count; ++g) {
-    const std::int64_t rows = groups[static_cast<std::size_t>(g)];
-    if (rows > 0) {
-      problems.push_back(resolve_gemm(ctx, a2.slice(first, first + rows), entry(b, g), c2.slice(first, first + rows),
-                                      gemm_options));
-    }
-    first += rows;
-  }
-  slot_of(ctx, &Backend::gemm_many, op)(ctx, problems);
+  GroupedGemmProblem problem{GroupedGemmKind::kRowBlocks, as_rows(a, k), b, as_rows(c, n), groups, {}};
+  problem.options.trans_b = options.trans_b;
+  problem.options.alpha = options.alpha;
+  problem.options.beta = options.beta;
+  slot_of(ctx, &Backend::grouped_gemm, op)(ctx, problem);
 }
 
 void grouped_gemm_weight_grad(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
@@ -76,22 +88,11 @@ void grouped_gemm_weight_grad(const Context& ctx, const Tensor& a, const Tensor&
   CLEAVE_CHECK(a.shape().last() == m && b.shape().last() == n && a.numel() / m == b.numel() / n,
                "{}: A {} and B {} should be [rows, {}] and [rows, {}]", op, a.shape().str(), b.shape().str(), m, n);
   check_groups(op, groups, a.numel() / m);
-  const Tensor a2 = as_rows(a, m), b2 = as_rows(b, n);
-  GemmOptions gemm_options;
-  gemm_options.trans_a = true;
-  gemm_options.alpha = options.alpha;
-  gemm_options.beta = options.beta;
-  std::vector<GemmProblem> problems;
-  std::int64_t first = 0;
-  for (std::int64_t g = 0; g < g_count; ++g) {
-    const std::int64_t rows = groups[static_cast<std::size_t>(g)];
-    if (rows > 0) {
-      problems.push_back(resolve_gemm(ctx, a2.slice(first, first + rows), b2.slice(first, first + rows), entry(c, g),
-                                      gemm_options));
-    }
-    first += rows;
-  }
-  slot_of(ctx, &Backend::gemm_many, op)(ctx, problems);
+  GroupedGemmProblem problem{GroupedGemmKind::kWeightGrad, as_rows(a, m), as_rows(b, n), c, groups, {}};
+  problem.options.trans_a = true;
+  problem.options.alpha = options.alpha;
+  problem.options.beta = options.beta;
+  slot_of(ctx, &Backend::grouped_gemm, op)(ctx, problem);
 }
 
 void moe_gather(const Context& ctx, const Tensor& x, const Tensor& index, const Tensor& scale, const Tensor& out) {

@@ -30,7 +30,7 @@ void synchronize(const Context&) {}  // CPU work has finished when its call retu
 constexpr Backend kCpuBackend{
     .name = "cpu",
     .gemm = gemm,
-    .gemm_many = gemm_many,
+    .grouped_gemm = grouped_gemm,
     .fill = fill,
     .copy = copy,
     .copy_2d = copy_2d,

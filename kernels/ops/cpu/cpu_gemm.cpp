@@ -34,11 +34,14 @@ kc::GemmBackend gemm_backend(CpuBlas library) {
 
 // The library with its state: oneDNN's from the run's resources, or made in `local` for this call when the context
 // carries none (the same primitives, so the same bits).
-kc::GemmLibrary gemm_library(const Context& ctx, CpuBlas library, std::optional<kc::OneDnnMatmuls>& local) {
+// A grouped GEMM's group (varying_shape) runs on oneDNN's primitive for any m and k (gemm_backend.hpp, GemmShape).
+kc::GemmLibrary gemm_library(const Context& ctx, CpuBlas library, bool varying_shape,
+                             std::optional<kc::OneDnnMatmuls>& local) {
   const kc::GemmBackend backend = gemm_backend(library);
   if (backend != kc::GemmBackend::kOneDnn) return {backend};
   CpuResources* resources = cpu_resources(ctx);
-  return {backend, resources != nullptr ? &resources->onednn() : &local.emplace()};
+  return {backend, resources != nullptr ? &resources->onednn() : &local.emplace(),
+          varying_shape ? kc::GemmShape::kVarying : kc::GemmShape::kExact};
 }
 
 // bf16 operands on a library with bf16 kernels: no widening; C written in its own dtype. A bias with alpha 1 and
@@ -82,7 +85,7 @@ void gemm_bf16_native(const Context& ctx, const GemmProblem& p, kc::GemmLibrary 
 void gemm(const Context& ctx, const GemmProblem& p) {
   const CpuGemmChoice choice = gemm_choice(ctx, p.a.dtype() == DType::kBF16);
   std::optional<kc::OneDnnMatmuls> local;
-  const kc::GemmLibrary library = gemm_library(ctx, choice.library, local);
+  const kc::GemmLibrary library = gemm_library(ctx, choice.library, p.varying_shape, local);
   if (choice.bf16_kernels) {
     gemm_bf16_native(ctx, p, library);
     return;

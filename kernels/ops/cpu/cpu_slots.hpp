@@ -41,6 +41,9 @@ inline kc::GemmSlicing slicing(const Context& ctx) {
 // ---- cpu_gemm.cpp --------------------------------------------------------------------------------------------
 void gemm(const Context& ctx, const GemmProblem& p);
 
+// ---- cpu_grouped_gemm.cpp ------------------------------------------------------------------------------------
+void grouped_gemm(const Context& ctx, const GroupedGemmProblem& problem);
+
 // ---- cpu_elementwise.cpp -------------------------------------------------------------------------------------
 void fill(const Context& ctx, const Tensor& t, float value);
 void copy(const Context& ctx, const Tensor& src, const Tensor& dst);
@@ -113,7 +116,6 @@ void rope_pack_qkv_backward(const Context& ctx, const Tensor& dqkv, const Tensor
 
 // ---- cpu_moe.cpp ---------------------------------------------------------------------------------------------
 void moe_gather(const Context& ctx, const Tensor& x, const Tensor& index, const Tensor& scale, const Tensor& out);
-void gemm_many(const Context& ctx, std::span<const GemmProblem> problems);
 void moe_combine(const Context& ctx, const Tensor& src, const Tensor& rows, const Tensor& weight, const Tensor& out);
 void moe_combine_weight_grad(const Context& ctx, const Tensor& dy, const Tensor& src, const Tensor& rows,
                              const Tensor& dweight);

@@ -309,7 +309,7 @@ void synchronize(const Context& ctx) { CLEAVE_CUDA_CHECK(cudaStreamSynchronize(s
 constexpr Backend kCudaBackend{
     .name = "cuda",
     .gemm = gemm,
-    .gemm_many = detail::gemm_each,  // no grouped CUDA kernel: one launch per group
+    .grouped_gemm = detail::grouped_gemm_each,  // no grouped CUDA kernel: one launch per group
     .fill = fill,
     .copy = copy,
     .copy_2d = copy_2d,

@@ -5,6 +5,9 @@
 //    and gives the bits of the first round;
 //  - the cache changes no bit: every GEMM through a warm state equals the same GEMM through a fresh one;
 //  - two states (two runs) share nothing: work through one leaves the other empty;
+//  - varying shapes (GemmShape::kVarying, a grouped GEMM's groups): every m and k of one layout runs on one
+//    primitive (issue 33: a primitive per row count), f32 and bf16 operands, alpha and beta applied, each result
+//    against a double reference;
 //  - a oneDNN GEMM without a state is refused, naming what is missing.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -104,6 +107,67 @@ TEST(OneDnnMatmuls, TwoRunsShareNothing) {
   EXPECT_GT(one.primitives(), 0u);
   EXPECT_EQ(other.primitives(), 0u);
   EXPECT_EQ(other.scratchpads(), 0u);
+}
+
+// C = alpha op(A) op(B) + beta C0 in double, row-major with leading dimensions.
+std::vector<double> reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                              const std::vector<float>& a, int64_t lda, const std::vector<float>& b, int64_t ldb,
+                              float beta, const std::vector<float>& c0, int64_t ldc) {
+  std::vector<double> c(static_cast<size_t>(m * ldc));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        s += double(a[static_cast<size_t>(ta ? p * lda + i : i * lda + p)]) *
+             double(b[static_cast<size_t>(tb ? j * ldb + p : p * ldb + j)]);
+      }
+      c[static_cast<size_t>(i * ldc + j)] = alpha * s + beta * double(c0[static_cast<size_t>(i * ldc + j)]);
+    }
+  }
+  return c;
+}
+
+TEST(OneDnnMatmuls, VaryingShapesShareOnePrimitivePerLayout) {
+  SKIP_UNLESS_ONEDNN();
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);  // unsliced: each call is one problem
+  // Views into fixed buffers (the leading dimensions stay put, as a grouped GEMM's row blocks do); m and k change.
+  const int64_t m_max = 70, k_max = 40, n = 24;
+  const struct {
+    int64_t m, k;
+  } sizes[] = {{1, 1}, {7, 40}, {70, 3}, {33, 17}, {64, 40}, {2, 39}};
+  const auto a = test::random_floats(static_cast<size_t>(m_max * k_max), 1);
+  const auto b = test::random_floats(static_cast<size_t>(k_max * n), 2);
+  const auto c0 = test::random_floats(static_cast<size_t>(m_max * n), 3);
+  const bool bf16 = onednn_bf16_supported();
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      OneDnnMatmuls matmuls;
+      const GemmLibrary library{GemmBackend::kOneDnn, &matmuls, GemmShape::kVarying};
+      const int64_t lda = ta ? m_max : k_max, ldb = tb ? k_max : n;
+      for (const auto& s : sizes) {
+        const std::string what = "m " + std::to_string(s.m) + ", k " + std::to_string(s.k) + ", trans_a " +
+                                 std::to_string(ta) + ", trans_b " + std::to_string(tb);
+        std::vector<float> c = c0;
+        gemm(ta, tb, s.m, n, s.k, 0.75f, a.data(), lda, b.data(), ldb, 0.5f, c.data(), n, GemmSlicing::kPerThread,
+             library);
+        const auto want = reference(ta, tb, s.m, n, s.k, 0.75f, a, lda, b, ldb, 0.5f, c0, n);
+        test::expect_close(c.data(), want.data(), static_cast<size_t>(s.m * n), 1e-4, 1e-5, what);
+        if (bf16) {
+          const auto a16 = test::narrowed(a), b16 = test::narrowed(b);
+          std::vector<float> c16 = c0;
+          gemm_bf16(library, ta, tb, s.m, n, s.k, 0.75f, a16.data(), lda, b16.data(), ldb, 0.5f,
+                    Bf16GemmOut{c16.data(), nullptr}, n, GemmSlicing::kPerThread);
+          const auto want16 = reference(ta, tb, s.m, n, s.k, 0.75f, test::widened(a16), lda, test::widened(b16), ldb,
+                                        0.5f, c0, n);
+          test::expect_close(c16.data(), want16.data(), static_cast<size_t>(s.m * n), 1e-4, 1e-5, what + " bf16");
+        }
+      }
+      EXPECT_EQ(matmuls.primitives(), bf16 ? 2u : 1u)
+          << "trans_a " << ta << ", trans_b " << tb << ": a primitive per dtype, whatever m and k";
+    }
+  }
+  omp_set_num_threads(saved);
 }
 
 TEST(OneDnnMatmuls, OneDnnWithoutItsStateIsRefused) {

@@ -1,16 +1,23 @@
 // The mixture-of-experts ops on the CPU: grouped GEMMs against one gemm per group on copies (groups of 0 rows
-// included, which leave C untouched), a group's bits against the same group alone (gemm_many runs small groups whole,
-// one per thread: what it does with a group must not depend on the others) and, in deterministic mode, against
-// ops::gemm at 1 and 2 threads; moe_gather / moe_combine / moe_combine_weight_grad against loops in double, and the
-// seam's checks of the groups.
+// included, which leave C untouched), a group's bits against the same group alone (the grouped_gemm slot runs small
+// groups whole, one per thread: what it does with a group must not depend on the others) and, in deterministic
+// mode, at 1 and 2 threads; a run's grouped GEMMs over steps of changing row counts make their oneDNN primitives and
+// grow their kernel scratch in the first step only (issue 33); moe_gather / moe_combine / moe_combine_weight_grad
+// against loops in double, their bf16 and mixed-dtype forms against the f32 kernel on the widened inputs (bit for
+// bit), and the seam's checks of the groups.
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
+#include <initializer_list>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/core/error.hpp"
 #include "engine/core/rng.hpp"
+#include "kernels/ops/cpu/cpu_resources.hpp"
+#include "kernels/ops/cpu_blas.hpp"
 #include "kernels/ops/ops.hpp"
 #include "unit/kernels/kernel_test_util.hpp"
 
@@ -112,13 +119,6 @@ TEST(MoeOps, GroupedGemmGroupBitsDependOnTheGroupAlone) {
           grouped_gemm_weight_grad(ctx, dc.slice(first, first + r), a.slice(first, first + r), alone_w, one, {});
           EXPECT_TRUE(kernels::test::same_bits(rows_of(c, first, r), alone.to_floats())) << at << ", group " << e;
           EXPECT_TRUE(kernels::test::same_bits(w.slice(e, e + 1).to_floats(), alone_w.to_floats())) << at << ", group " << e;
-          if (mode == GemmMode::kDeterministic) {  // the seam's contract: gemm()'s determinism
-            const Tensor via_gemm = random({r, n}, 18);
-            GemmOptions gemm_nt;
-            gemm_nt.trans_b = true;
-            gemm(ctx, a.slice(first, first + r), b.slice(e, e + 1).view(Shape{n, k}), via_gemm, gemm_nt);
-            EXPECT_TRUE(kernels::test::same_bits(rows_of(c, first, r), via_gemm.to_floats())) << at << ", group " << e;
-          }
         }
         first += r;
       }
@@ -134,6 +134,152 @@ TEST(MoeOps, GroupedGemmGroupBitsDependOnTheGroupAlone) {
     }
   }
   omp_set_num_threads(saved);
+}
+
+// A run's MoE GEMMs (forward, input gradient, weight gradient accumulated with beta 1) over steps whose groups hold
+// different row counts, as routing makes them: each checked against a double reference; the oneDNN primitives are
+// made in the first step only, one per GEMM layout (3), whatever the row counts (issue 33: one per row count before),
+// and the kernel scratch (the slot's per-group rows and order) grows in the first step only.
+TEST(MoeOps, GroupedGemmsMakeNoPrimitivePerRowCount) {
+  if (!cpu_blas_built(CpuBlas::kOneDnn)) GTEST_SKIP() << "onednn is not built into this cleave";
+  const std::unique_ptr<DeviceResources> resources = make_device_resources(Device::cpu());
+  auto& cpu = dynamic_cast<cpu_detail::CpuResources&>(*resources);
+  Context ctx;
+  ctx.cpu_blas = CpuBlas::kOneDnn;
+  ctx.resources = resources.get();
+  const std::int64_t g = 4, rows = 96, k = 24, n = 16;
+  const Tensor b = random({g, n, k}, 30);
+  std::size_t primitives = 0, growths = 0;
+  for (std::int64_t step = 0; step < 6; ++step) {
+    std::vector<std::int64_t> groups = {5 + 7 * step, 0, 40 - 6 * step, 0};
+    groups[3] = rows - groups[0] - groups[2];
+    const Tensor x = random({rows, k}, 31 + static_cast<std::uint64_t>(step));
+    const Tensor dy = random({rows, n}, 41 + static_cast<std::uint64_t>(step));
+    const Tensor y = random({rows, n}, 51), dx = random({rows, k}, 52);
+    const Tensor dw = random({g, n, k}, 53);
+    const auto dw0 = dw.to_floats();
+    GroupedGemmOptions nt;
+    nt.trans_b = true;
+    grouped_gemm(ctx, x, b, y, groups, nt);  // y_g = x_g W_g^T
+    grouped_gemm(ctx, dy, b, dx, groups);    // dx_g = dy_g W_g
+    GroupedGemmOptions acc;
+    acc.beta = 1.0f;
+    grouped_gemm_weight_grad(ctx, dy, x, dw, groups, acc);  // dW_g += dy_g^T x_g
+    std::int64_t first = 0;
+    double norm = 0;
+    for (std::int64_t e = 0; e < g; ++e) {
+      const std::int64_t last = first + groups[static_cast<std::size_t>(e)];
+      for (std::int64_t r = first; r < last; ++r) {
+        for (std::int64_t j = 0; j < n; ++j) {
+          double s = 0;
+          for (std::int64_t i = 0; i < k; ++i) {
+            s += double(x.data<float>()[r * k + i]) * b.data<float>()[(e * n + j) * k + i];
+          }
+          EXPECT_NEAR(y.data<float>()[r * n + j], s, 1e-4) << "step " << step << ", forward row " << r;
+          norm += s * s;
+        }
+        for (std::int64_t i = 0; i < k; ++i) {
+          double s = 0;
+          for (std::int64_t j = 0; j < n; ++j) {
+            s += double(dy.data<float>()[r * n + j]) * b.data<float>()[(e * n + j) * k + i];
+          }
+          EXPECT_NEAR(dx.data<float>()[r * k + i], s, 1e-4) << "step " << step << ", input gradient row " << r;
+        }
+      }
+      for (std::int64_t j = 0; j < n; ++j) {
+        for (std::int64_t i = 0; i < k; ++i) {
+          const std::size_t at = static_cast<std::size_t>((e * n + j) * k + i);
+          double s = dw0[at];
+          for (std::int64_t r = first; r < last; ++r) {
+            s += double(dy.data<float>()[r * n + j]) * x.data<float>()[r * k + i];
+          }
+          EXPECT_NEAR(dw.data<float>()[at], s, 1e-4) << "step " << step << ", expert " << e;
+        }
+      }
+      first = last;
+    }
+    EXPECT_GT(norm, 0.0);
+    if (step == 0) {
+      primitives = cpu.onednn().primitives();
+      growths = cpu.scratch().growths();
+      EXPECT_EQ(primitives, 3u) << "one primitive per GEMM layout (forward, input gradient, weight gradient)";
+    } else {
+      EXPECT_EQ(cpu.onednn().primitives(), primitives) << "step " << step << " made a primitive for its row counts";
+      EXPECT_EQ(cpu.scratch().growths(), growths) << "step " << step << " grew the kernel scratch";
+    }
+  }
+}
+
+Tensor as_bf16(const Tensor& t) {
+  Tensor out = Tensor::empty(t.shape(), DType::kBF16, MemoryCategory::kActivations, cpu_allocator());
+  copy(Context{}, t, out);
+  return out;
+}
+
+// f32 values of a tensor of either dtype.
+std::vector<float> floats_of(const Tensor& t) {
+  if (t.dtype() == DType::kF32) return t.to_floats();
+  Tensor f = Tensor::empty(t.shape(), DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  copy(Context{}, t, f);
+  return f.to_floats();
+}
+
+// bf16 and mixed operands are converted a row at a time in the kernels: the bits of the f32 kernel on the widened
+// inputs, each output narrowed once (through a run's kernel scratch and without one; sizes that go parallel).
+TEST(MoeOps, Bf16RoutingGivesTheBitsOfF32OnTheWidenedInputs) {
+  const std::unique_ptr<DeviceResources> resources = make_device_resources(Device::cpu());
+  Context run;
+  run.resources = resources.get();
+  const std::int64_t tokens = 256, top_k = 2, d = 130, r = tokens * top_k;  // d: a ragged vector tail
+  std::vector<std::int32_t> index_v(static_cast<std::size_t>(r)), rows_v(static_cast<std::size_t>(r));
+  for (std::int64_t i = 0; i < r; ++i) {
+    index_v[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 37) % tokens);
+    rows_v[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 53 + 11) % r);
+  }
+  const Tensor index = ints(index_v, {r}), rows = ints(rows_v, {tokens, top_k});
+  const Tensor scale = random({r}, 60), weight = random({tokens, top_k}, 61);
+  const Tensor x16 = as_bf16(random({tokens, d}, 62)), src16 = as_bf16(random({r, d}, 63));
+  const Tensor dy16 = as_bf16(random({tokens, d}, 64));
+  const Tensor x = Tensor::from_floats(floats_of(x16), {tokens, d});
+  const Tensor src = Tensor::from_floats(floats_of(src16), {r, d});
+  const Tensor dy = Tensor::from_floats(floats_of(dy16), {tokens, d});
+  const Context bare;
+  // The f32 kernels on the widened inputs, outputs narrowed once.
+  const Tensor gathered = Tensor::empty({r, d}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  moe_gather(bare, x, index, scale, gathered);
+  const Tensor combined = Tensor::empty({tokens, d}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  moe_combine(bare, src, rows, weight, combined);
+  const Tensor dweight = Tensor::empty({tokens, top_k}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  moe_combine_weight_grad(bare, dy, src, rows, dweight);
+  EXPECT_GT(kernels::test::l2_norm(combined.to_floats()), 0.0);
+  for (const Context* ctx : std::initializer_list<const Context*>{&bare, &run}) {
+    const std::string with = ctx->resources != nullptr ? "with the run's scratch" : "without resources";
+    for (const DType out_dtype : {DType::kF32, DType::kBF16}) {
+      for (const bool in16 : {false, true}) {
+        if (!in16 && out_dtype == DType::kF32) continue;  // the f32 reference itself
+        const std::string what =
+            with + (in16 ? ", bf16 in, " : ", f32 in, ") + std::string(dtype_name(out_dtype)) + " out";
+        const Tensor g = Tensor::empty({r, d}, out_dtype, MemoryCategory::kActivations, cpu_allocator());
+        moe_gather(*ctx, in16 ? x16 : x, index, scale, g);
+        const Tensor want_g = out_dtype == DType::kBF16 ? as_bf16(gathered) : gathered;
+        EXPECT_TRUE(kernels::test::same_bits(floats_of(g), floats_of(want_g))) << "moe_gather, " << what;
+        const Tensor c = Tensor::empty({tokens, d}, out_dtype, MemoryCategory::kActivations, cpu_allocator());
+        moe_combine(*ctx, in16 ? src16 : src, rows, weight, c);
+        const Tensor want_c = out_dtype == DType::kBF16 ? as_bf16(combined) : combined;
+        EXPECT_TRUE(kernels::test::same_bits(floats_of(c), floats_of(want_c))) << "moe_combine, " << what;
+      }
+    }
+    for (const bool dy_16 : {false, true}) {
+      for (const bool src_16 : {false, true}) {
+        if (!dy_16 && !src_16) continue;
+        const Tensor dw = Tensor::empty({tokens, top_k}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+        moe_combine_weight_grad(*ctx, dy_16 ? dy16 : dy, src_16 ? src16 : src, rows, dw);
+        EXPECT_TRUE(kernels::test::same_bits(dw.to_floats(), dweight.to_floats()))
+            << "moe_combine_weight_grad, " << with << ", dy " << (dy_16 ? "bf16" : "f32") << ", src "
+            << (src_16 ? "bf16" : "f32");
+      }
+    }
+  }
 }
 
 TEST(MoeOps, GatherCombineAndWeightGrad) {

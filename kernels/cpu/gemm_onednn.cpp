@@ -110,26 +110,36 @@ struct OneDnnMatmuls::State {
   std::size_t scratchpads = 0;               // made so far (free or in use)
   std::size_t scratchpad_bytes = 0;          // the largest scratchpad of any cached primitive
 
-  // The problem's primitive (made on first use) and a scratchpad of at least scratchpad_bytes for this call alone.
-  const Matmul& acquire(const ProblemKey& key, Scratchpad& scratch) {
+  // The problem's primitive (made on first use) and a scratchpad of scratchpad_bytes for this call alone. `team`:
+  // the calling OpenMP team's size, the most calls that can hold a scratchpad at once. How many scratchpads exist and
+  // how large depends only on the sequence of calls, never on their timing: the first call of a team makes one per
+  // thread, and a new largest primitive grows every free scratchpad at once (those in use on their release). So a
+  // run's first step makes them all and a steady state never allocates one.
+  const Matmul& acquire(const ProblemKey& key, int team, Scratchpad& scratch) {
     std::lock_guard lock(mutex);
     auto it = cache.find(key);
     if (it == cache.end()) {
       it = cache.emplace(key, make_matmul(engine, key)).first;
-      scratchpad_bytes = std::max(scratchpad_bytes, it->second.scratchpad.get_size());
+      if (it->second.scratchpad.get_size() > scratchpad_bytes) {
+        scratchpad_bytes = it->second.scratchpad.get_size();
+        for (Scratchpad& free : free_scratchpads) free->resize(scratchpad_bytes);
+      }
     }
-    if (free_scratchpads.empty()) {
-      scratch = std::make_unique<std::vector<std::byte>>();
+    for (; scratchpads < static_cast<std::size_t>(team); ++scratchpads) {
+      free_scratchpads.push_back(std::make_unique<std::vector<std::byte>>(scratchpad_bytes));
+    }
+    if (free_scratchpads.empty()) {  // more calls at once than the team's threads: not a pattern gemm.cpp makes
+      free_scratchpads.push_back(std::make_unique<std::vector<std::byte>>(scratchpad_bytes));
       ++scratchpads;
-    } else {
-      scratch = std::move(free_scratchpads.back());
-      free_scratchpads.pop_back();
     }
-    if (scratch->size() < scratchpad_bytes) scratch->resize(scratchpad_bytes);  // once per scratchpad and size
+    scratch = std::move(free_scratchpads.back());
+    free_scratchpads.pop_back();
+    if (scratch->size() < scratchpad_bytes) scratch->resize(scratchpad_bytes);
     return it->second;
   }
   void release(Scratchpad scratch) {
     std::lock_guard lock(mutex);
+    if (scratch->size() < scratchpad_bytes) scratch->resize(scratchpad_bytes);  // a larger primitive came meanwhile
     free_scratchpads.push_back(std::move(scratch));
   }
 };
@@ -169,11 +179,11 @@ class ScratchpadLease {
 };
 
 // `key` is the cache's key (m and k 0 when kVarying); `m` and `k` the call's sizes.
-void run_matmul(OneDnnMatmuls::State& state, const ProblemKey& key, std::int64_t m, std::int64_t k, const void* a,
-                const void* b, void* c, const float* bias) {
+void run_matmul(OneDnnMatmuls::State& state, const ProblemKey& key, int team, std::int64_t m, std::int64_t k,
+                const void* a, const void* b, void* c, const float* bias) {
   // Each call has its own scratchpad: two slices of one GEMM run the same primitive at once.
   ScratchpadLease scratch(state);
-  const Matmul& mm = state.acquire(key, scratch.get());
+  const Matmul& mm = state.acquire(key, team, scratch.get());
   const dnnl::engine& engine = state.engine;
   dnnl::stream stream(engine);
   const bool varying = key.shape == GemmShape::kVarying;
@@ -197,8 +207,9 @@ void run_single_threaded(OneDnnMatmuls& matmuls, const ProblemKey& problem, cons
   const ProblemKey& p = problem;
   try {
     if (omp_in_parallel()) {
-      omp_set_num_threads(1);  // this task's setting only; ends with the enclosing region
-      run_matmul(state, key, p.m, p.k, a, b, c, bias);
+      const int team = omp_get_num_threads();  // the slices that may run at once, each with its scratchpad
+      omp_set_num_threads(1);                  // this task's setting only; ends with the enclosing region
+      run_matmul(state, key, team, p.m, p.k, a, b, c, bias);
       return;
     }
     std::exception_ptr failure;
@@ -206,7 +217,7 @@ void run_single_threaded(OneDnnMatmuls& matmuls, const ProblemKey& problem, cons
     {
       omp_set_num_threads(1);
       try {
-        run_matmul(state, key, p.m, p.k, a, b, c, bias);
+        run_matmul(state, key, /*team=*/1, p.m, p.k, a, b, c, bias);
       } catch (...) {
         failure = std::current_exception();
       }

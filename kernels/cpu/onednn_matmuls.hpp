@@ -9,8 +9,9 @@
 // pass), so the count never depends on how many rows routing sends to an expert (issue 33: the example moe made
 // 1,586 primitives in 30 steps when each row count had its own; primitives() lets tests check the bound);
 // a scratchpad serves one call at a time (two slices of one GEMM run the same primitive at once, each with its
-// own) and is sized to the largest scratchpad of any primitive made so far, so once a run has seen its shapes
-// (its first step) no call allocates one. Thread-safe: the cache and the free scratchpads are guarded by a mutex;
+// own); a team's first call makes one per thread of the team and every scratchpad is sized to the largest of any
+// primitive made so far, so how many there are and their sizes follow from the calls made, never from their
+// timing, and once a run has seen its shapes (its first step) no call allocates one. Thread-safe: the cache and the free scratchpads are guarded by a mutex;
 // oneDNN primitives may run concurrently. In a build without oneDNN it is empty (its kernels throw "not built").
 #pragma once
 

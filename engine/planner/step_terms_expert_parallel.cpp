@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "partition/ep_costs.hpp"
+#include "partition/families/moe.hpp"
 
 namespace cleave::planner {
 
@@ -51,8 +52,42 @@ double expert_gemm_fraction(const TermContext& c, int b, double pass_flops) {
   return std::min(1.0, expert_flops / pass_flops);
 }
 
+namespace {
+
+// On a roofline profile: the busiest rank's routed-expert kernels less the mean rank's, pass by pass (GEMMs launch by
+// launch at their own rows, and the SwiGLU's traffic); the launches are the same E per projection.
+BlockCompute roofline_expert_imbalance(const TermContext& c, int b, const BlockCompute& compute) {
+  const PlanChoice& choice = *c.choice;
+  const HardwareProfile& profile = *c.profile;
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  const partition::BlockWork even = partition::moe_routed_expert_work(block, c.dtype, choice.tp, choice.micro_batch);
+  const partition::BlockWork busiest =
+      partition::moe_routed_expert_work(block, c.dtype, choice.tp, choice.micro_batch, c.ep_imbalance);
+  const auto more = [&](const partition::PassWork& hi, const partition::PassWork& lo) {
+    return (profile.roofline_seconds(hi, c.bf16) - profile.roofline_seconds(lo, c.bf16)) / choice.cp;
+  };
+  const auto more_stream = [&](const partition::PassWork& hi, const partition::PassWork& lo) {
+    return (profile.elementwise_seconds(hi) - profile.elementwise_seconds(lo)) / choice.cp;
+  };
+  const double f = more(busiest.forward, even.forward), ef = more_stream(busiest.forward, even.forward);
+  const double rerun = choice.recompute == Recompute::kFull ? 1.0 : 0.0;
+  BlockCompute x = compute;
+  x.forward_s += f;
+  x.elementwise.forward_s += ef;
+  x.input_grad_s += more(busiest.input_grad, even.input_grad);
+  x.elementwise.input_grad_s += more_stream(busiest.input_grad, even.input_grad);
+  x.recompute_s += rerun * f;
+  x.elementwise.recompute_s += rerun * ef;
+  x.weight_grad_s += more(busiest.weight_grad, even.weight_grad);
+  x.elementwise.weight_grad_s += more_stream(busiest.weight_grad, even.weight_grad);
+  return x;
+}
+
+}  // namespace
+
 BlockCompute expert_imbalance_compute(const TermContext& c, int b, const BlockCompute& compute) {
   if (!has_expert_parallelism(c, b)) return compute;
+  if (!c.profile->measured.has_blocks() && c.profile->has_roofline()) return roofline_expert_imbalance(c, b, compute);
   const auto& cost = c.costs[static_cast<std::size_t>(b)];
   const auto share = [&](double pass_flops) { return (c.ep_imbalance - 1.0) * expert_gemm_fraction(c, b, pass_flops); };
   const double f = share(cost.forward_flops), i = share(cost.input_grad_flops), w = share(cost.weight_grad_flops);

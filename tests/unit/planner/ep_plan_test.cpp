@@ -21,6 +21,8 @@
 #include "engine/run_plan/plan.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/ep_costs.hpp"
+#include "partition/families/moe.hpp"
+#include "partition/hardware_profile.hpp"
 #include "support/scratch_dir_test.hpp"
 
 namespace cleave::planner {
@@ -254,6 +256,53 @@ TEST_F(EpPlanSearch, PricesExpertGradientsOverTheExpertDpGroup) {
       }
     }
   }
+}
+
+// On a roofline profile (the shipped H100's curve) the busiest ep rank's expert compute is its E GEMMs per projection
+// at imbalance × the mean rows, priced launch by launch (partition::moe_routed_expert_work), and the SwiGLU's traffic
+// over its rows: from imbalance 1 to 1.5 the F, I and W terms grow by exactly that, per moe block (2) and micro-batch
+// (2 per rank at dp 4), GEMMs in the compute terms and the traffic in the elementwise one; the launches do not move.
+// (With the wave term, as shipped, GEMMs of a few rows take one wave of one tile whatever their rows: no change.)
+TEST_F(EpPlanSearch, RooflineImbalancePricesTheBusiestRanksExpertGemmsLaunchByLaunch) {
+  const std::string config = write("moe.json", kMoe);
+  HardwareProfile h100 = partition::load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/h100_sxm.json");
+  ASSERT_TRUE(h100.has_roofline() && !h100.measured.has_blocks());
+  // Without the wave term: this model's expert GEMMs (4 and 6 rows) are one wave of one tile each either way, which
+  // prices them alike; the efficiency curve alone moves with their rows.
+  h100.sm_count = 0;
+  h100.gemm_tiles.clear();
+  PlanChoice c = choice_of_config(config, {}, 4);
+  c.ep = 2;
+  SearchOptions even{4, 0}, hot{4, 0};
+  even.ep_imbalance = 1.0;
+  hot.ep_imbalance = 1.5;
+  const PlanEstimate a = estimate_plan(config, {}, c, h100, even), b = estimate_plan(config, {}, c, h100, hot);
+  ASSERT_TRUE(a.valid && b.valid) << a.reason << b.reason;
+  config::RunConfig resolved = config::parse_config(kMoe, "<string>", {});
+  resolved.resolve(4);
+  const run_plan::Plan plan =
+      run_plan::make_plan(resolved, static_cast<int>(resolved.resolved_batch().gradient_accumulation_steps), 0);
+  const partition::BlockSpec& block = plan.spec.blocks[1];
+  ASSERT_GT(block.n_experts, 0);
+  const partition::BlockWork mean = partition::moe_routed_expert_work(block, DType::kF32, 1, 1, 1.0);
+  const partition::BlockWork busy = partition::moe_routed_expert_work(block, DType::kF32, 1, 1, 1.5);
+  const double per_step = 2.0 * 2.0;  // moe blocks x micro-batches on the rank
+  const auto gemms = [&](const partition::PassWork& hi, const partition::PassWork& lo) {
+    return per_step * (h100.gemm_pass_seconds(hi, false) - h100.gemm_pass_seconds(lo, false));
+  };
+  const auto stream = [&](const partition::PassWork& hi, const partition::PassWork& lo) {
+    return per_step * (h100.elementwise_seconds(hi) - h100.elementwise_seconds(lo));
+  };
+  const double df = gemms(busy.forward, mean.forward), di = gemms(busy.input_grad, mean.input_grad),
+               dw = gemms(busy.weight_grad, mean.weight_grad);
+  ASSERT_GT(df, 0.0);
+  EXPECT_NEAR(b.breakdown[StepTerm::kForward] - a.breakdown[StepTerm::kForward], df, 1e-9 * df);
+  EXPECT_NEAR(b.breakdown[StepTerm::kInputGrad] - a.breakdown[StepTerm::kInputGrad], di, 1e-9 * di);
+  EXPECT_NEAR(b.breakdown[StepTerm::kWeightGrad] - a.breakdown[StepTerm::kWeightGrad], dw, 1e-9 * dw);
+  const double de = stream(busy.forward, mean.forward) + stream(busy.input_grad, mean.input_grad) +
+                    stream(busy.weight_grad, mean.weight_grad);
+  EXPECT_NEAR(b.breakdown[StepTerm::kElementwise] - a.breakdown[StepTerm::kElementwise], de, 1e-9 * de);
+  EXPECT_DOUBLE_EQ(b.breakdown[StepTerm::kKernelLaunch], a.breakdown[StepTerm::kKernelLaunch]);
 }
 
 TEST_F(EpPlanSearch, SearchesEpOnlyForMoeModelsWhereItDivides) {

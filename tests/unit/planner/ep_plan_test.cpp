@@ -17,6 +17,7 @@
 #include "engine/core/allocator.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
+#include "engine/planner/step_terms.hpp"
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/cost_model.hpp"
@@ -303,6 +304,41 @@ TEST_F(EpPlanSearch, RooflineImbalancePricesTheBusiestRanksExpertGemmsLaunchByLa
                     stream(busy.weight_grad, mean.weight_grad);
   EXPECT_NEAR(b.breakdown[StepTerm::kElementwise] - a.breakdown[StepTerm::kElementwise], de, 1e-9 * de);
   EXPECT_DOUBLE_EQ(b.breakdown[StepTerm::kKernelLaunch], a.breakdown[StepTerm::kKernelLaunch]);
+}
+
+// Under cp a rank routes its T/cp tokens: on a roofline profile its experts' GEMMs are priced at b · T/cp · k / E rows
+// each (E launches per projection on every cp rank), in place of the block's T-row price ÷ cp (block_compute's).
+TEST_F(EpPlanSearch, RooflineExpertRowsUnderContextParallelismAreTheRanksOwn) {
+  const std::string path = write("moe.json", kMoe);
+  HardwareProfile h100 = partition::load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/h100_sxm.json");
+  h100.sm_count = 0;  // the curve alone (see above)
+  h100.gemm_tiles.clear();
+  config::RunConfig resolved = config::parse_config(kMoe, "<string>", {"parallel.context_parallel_size=2"});
+  resolved.resolve(4);
+  const run_plan::Plan plan =
+      run_plan::make_plan(resolved, static_cast<int>(resolved.resolved_batch().gradient_accumulation_steps), 0);
+  PlanChoice choice = choice_of_config(path, {"parallel.context_parallel_size=2"}, 4);
+  ASSERT_EQ(choice.cp, 2);
+  const SearchOptions options{4, 0};
+  const TermContext c = make_term_context(plan, resolved, choice, h100, options, 1.0);
+  const int b = 1;
+  const partition::BlockSpec& block = plan.spec.blocks[b];
+  ASSERT_GT(block.n_experts, 0);
+  const BlockCompute even = block_compute(c, b, 0.0);
+  const BlockCompute x = expert_imbalance_compute(c, b, even);
+  partition::BlockSpec half = block;
+  half.seq_len = block.seq_len / 2;
+  const partition::BlockWork whole = partition::moe_routed_expert_work(block, DType::kF32, 1, 1);
+  const partition::BlockWork own = partition::moe_routed_expert_work(half, DType::kF32, 1, 1);
+  const auto want = [&](const partition::PassWork& mine, const partition::PassWork& priced) {
+    return h100.roofline_seconds(mine, false) - h100.roofline_seconds(priced, false) / 2;
+  };
+  EXPECT_NEAR(x.forward_s - even.forward_s, want(own.forward, whole.forward), 1e-15);
+  EXPECT_NEAR(x.input_grad_s - even.input_grad_s, want(own.input_grad, whole.input_grad), 1e-15);
+  EXPECT_NEAR(x.weight_grad_s - even.weight_grad_s, want(own.weight_grad, whole.weight_grad), 1e-15);
+  // A cp rank launches all its GEMMs: 3 per expert in each pass, not half of them.
+  EXPECT_NEAR(x.launch.forward_s - even.launch.forward_s, h100.kernel_launch_s * (3 * 8 + 1) / 2, 1e-15);
+  EXPECT_GT(x.forward_s, even.forward_s);  // every launch and every expert's weights on each cp rank
 }
 
 TEST_F(EpPlanSearch, SearchesEpOnlyForMoeModelsWhereItDivides) {

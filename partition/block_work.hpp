@@ -43,7 +43,13 @@ struct Gemm {
   AttentionPass attention_pass = AttentionPass::kNone;
   double attention_seq = 0, attention_head_dim = 0;
   bool attention_causal = false;
-  double flops() const { return 2.0 * m * n * k * batch; }
+  // Separate launches of this shape, each its own library call (a grouped GEMM's groups: ops::grouped_gemm runs one
+  // GEMM per expert, one launch each on CUDA): priced one launch at a time (its efficiency that of one launch's
+  // work), then times groups. flops() counts all of them; launch_flops(), operand_bytes() and traffic_bytes() one.
+  // Last, so that the positional initialisers above keep their meaning.
+  double groups = 1;
+  double flops() const { return 2.0 * m * n * k * batch * groups; }
+  double launch_flops() const { return 2.0 * m * n * k * batch; }
   double operand_bytes(double element_bytes) const { return (m * k + k * n + m * n) * batch * element_bytes; }
   // What the product reads and writes in memory (the roofline's bytes): its three matrices, less the [T, T]-shaped
   // one (the largest) inside the fused attention kernel, which stays on chip (S and P, dS and dP never reach memory).

@@ -184,7 +184,7 @@ double HardwareProfile::gemm_efficiency_at(double flops, bool bf16) const {
 }
 
 double HardwareProfile::gemm_wave_seconds(const Gemm& g, bool bf16) const {
-  if (sm_count <= 0 || gemm_tiles.empty() || g.fused_attention || g.flops() <= 0) return 0.0;
+  if (sm_count <= 0 || gemm_tiles.empty() || g.fused_attention || g.launch_flops() <= 0) return 0.0;
   const auto& curve = !bf16 && !gemm_efficiency_f32.empty() ? gemm_efficiency_f32 : gemm_efficiency;
   double top = 0;
   for (const auto& point : curve) top = std::max(top, point.second);
@@ -212,19 +212,20 @@ double HardwareProfile::gemm_efficiency_of(const Gemm& g, bool bf16) const {
                                                                       g.attention_seq);
     return std::min(1.0, rate / peak_flops_bf16);
   }
-  // A batched GEMM is one launch: its efficiency is that of its whole work.
-  double efficiency = gemm_efficiency_at(g.flops(), bf16);
+  // A batched GEMM is one launch: its efficiency is that of its whole work; a grouped one's that of one group.
+  double efficiency = gemm_efficiency_at(g.launch_flops(), bf16);
   if (g.fused_attention && attention_efficiency > 0) efficiency = std::min(efficiency, attention_efficiency);
   return efficiency;
 }
 
 double HardwareProfile::gemm_seconds(const Gemm& g, bool bf16) const {
-  const double flops = g.flops();
+  const double flops = g.launch_flops();  // one launch; a grouped GEMM's groups each take as long
   if (flops <= 0) return 0.0;
   const double peak = bf16 ? peak_flops_bf16 : peak_flops_f32;
   const double element = bf16 ? 2.0 : 4.0;
   const double waves = uses_shape_table(g, bf16) ? 0.0 : gemm_wave_seconds(g, bf16);
-  return std::max({flops / (peak * gemm_efficiency_of(g, bf16)), waves, g.traffic_bytes(element) / memory_bandwidth_Bps});
+  return g.groups *
+         std::max({flops / (peak * gemm_efficiency_of(g, bf16)), waves, g.traffic_bytes(element) / memory_bandwidth_Bps});
 }
 
 std::pair<double, double> HardwareProfile::unfused_attention_seconds(const ProbabilitiesWork& work, bool bf16) const {

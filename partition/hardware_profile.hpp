@@ -172,7 +172,7 @@ struct HardwareProfile {
   // The fraction of peak a GEMM of `flops` FLOPs reaches (has_roofline() only): bf16's curve, and for f32
   // (bf16 false) gemm_efficiency_f32 when the profile has one.
   double gemm_efficiency_at(double flops, bool bf16 = true) const;
-  // The quantized time of one GEMM (0 without sm_count, and for the fused attention kernel's products, which are not
+  // The quantized time of one GEMM (one launch of a grouped one; 0 without sm_count, and for the fused attention kernel's products, which are not
   // library GEMMs): min over gemm_tiles of ceil(batch · ceil(m / tm) · ceil(n / tn) / sm_count) waves, each
   // 2 · tm · tn · k FLOPs on one SM at the curve's top efficiency: waves · 2 tm tn k · sm_count / (peak · top).
   double gemm_wave_seconds(const Gemm& gemm, bool bf16) const;
@@ -184,7 +184,8 @@ struct HardwareProfile {
   // products.
   double gemm_efficiency_of(const Gemm& gemm, bool bf16) const;
   // One GEMM: max(FLOPs / (peak x gemm_efficiency_of), its wave-quantized time (not with the shape table, whose timed
-  // shapes are quantized already), traffic bytes / memory bandwidth) (has_roofline() only).
+  // shapes are quantized already), traffic bytes / memory bandwidth) (has_roofline() only); a grouped GEMM
+  // (Gemm::groups) is that of one launch, times its groups.
   double gemm_seconds(const Gemm& gemm, bool bf16) const;
   // The three parts of a pass on the roofline: its GEMMs (gemm_seconds summed), its elementwise, normalisation and
   // softmax traffic (stream_bytes / memory bandwidth) and its kernel launches (kernels x kernel_launch_s).

@@ -24,6 +24,18 @@ inline void linear(BlockWork& w, D rows, D in, D out, bool bias, D b) {
   }
 }
 
+// A SwiGLU feed-forward over `rows` tokens, `f` wide on this rank: gate and up (d -> f), silu(gate) · up (reads
+// gate, up, writes h; its backward reads gate, up, dh, writes dgate, dup), down (f -> d). No biases.
+inline void swiglu(BlockWork& w, D rows, D d, D f, D b) {
+  linear(w, rows, d, f, false, b);
+  linear(w, rows, d, f, false, b);
+  w.forward.stream_bytes += 3 * rows * f * b;
+  w.input_grad.stream_bytes += 5 * rows * f * b;
+  w.forward.kernels += 1;
+  w.input_grad.kernels += 1;
+  linear(w, rows, f, d, false, b);
+}
+
 // Reads x, writes y; backward reads x and dy, writes dx; weight grads read x and dy.
 inline void layernorm(BlockWork& w, D n, D b) {
   w.forward.stream_bytes += 2 * n * b;

@@ -178,7 +178,10 @@ BlockCollectives expert_all_to_all(const TermContext& c, int block);
 // The busiest ep rank's compute of a block with routed experts: its expert GEMMs (gate, up, down: 3 per pass,
 // 2·T·k·D·F / tp FLOPs each per sample) run ep_imbalance × the mean rows, so each pass of `compute` (without the
 // attention-probabilities part) grows by (ep_imbalance - 1) × the expert GEMMs' FLOP share of that pass (capped at
-// 1); I's share applies to the rerun too. `compute` itself at ep 1 or for other blocks.
+// 1); I's share applies to the rerun too. On a roofline profile (no measured tables), at ep > 1 or cp > 1, the
+// rank's expert GEMMs are priced launch by launch instead (partition::moe_routed_expert_work: each of the E GEMMs
+// per projection at ep_imbalance × b · T/cp · k / E rows, its SwiGLU's traffic, less block_compute's T-row price ÷ cp).
+// `compute` itself otherwise: at ep 1 and cp 1, and for other blocks.
 BlockCompute expert_imbalance_compute(const TermContext& c, int block, const BlockCompute& compute);
 // The waits for peers' lost time at the meetings inside a block's passes (docs/planner.md, "Waits at meetings"): a
 // pass in which the block meets its peers (any of `tp`, `cp`, `ep` nonzero in it, exposed or hidden) waits the

@@ -1,12 +1,14 @@
 // The expert_all_to_all term and what expert parallelism changes in the others (docs/planner.md, "Expert
 // parallelism"): the four all-to-alls of a block with routed experts, the busiest ep rank's extra expert compute
 // (ep_imbalance), and the parameters a tp rank holds once (ep - 1) / ep of the experts live elsewhere. Invariant:
-// at ep 1, or for a block without routed experts, every function here leaves the others' figures unchanged.
+// for a block without routed experts, and at ep 1 but for the roofline's expert rows under cp (expert_imbalance_compute),
+// every function here leaves the others' figures unchanged.
 #include "engine/planner/step_terms.hpp"
 
 #include <algorithm>
 
 #include "partition/ep_costs.hpp"
+#include "partition/families/moe.hpp"
 
 namespace cleave::planner {
 
@@ -51,7 +53,51 @@ double expert_gemm_fraction(const TermContext& c, int b, double pass_flops) {
   return std::min(1.0, expert_flops / pass_flops);
 }
 
+namespace {
+
+// On a roofline profile: the busiest rank's routed-expert kernels at their own rows, f × b · T/cp · k / E per GEMM (a cp
+// rank routes its T/cp tokens), less what block_compute priced (the block at its full T, ÷ cp), pass by pass: GEMMs
+// launch by launch, the SwiGLU's traffic in elementwise; the launches are the same E per projection.
+BlockCompute roofline_expert_rows(const TermContext& c, int b, const BlockCompute& compute) {
+  const PlanChoice& choice = *c.choice;
+  const HardwareProfile& profile = *c.profile;
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  partition::BlockSpec local = block;
+  local.seq_len = block.seq_len / choice.cp;
+  const partition::BlockWork priced = partition::moe_routed_expert_work(block, c.dtype, choice.tp, choice.micro_batch);
+  const partition::BlockWork busiest =
+      partition::moe_routed_expert_work(local, c.dtype, choice.tp, choice.micro_batch, c.ep_imbalance);
+  const auto more = [&](const partition::PassWork& hi, const partition::PassWork& lo) {
+    return profile.roofline_seconds(hi, c.bf16) - profile.roofline_seconds(lo, c.bf16) / choice.cp;
+  };
+  const auto more_stream = [&](const partition::PassWork& hi, const partition::PassWork& lo) {
+    return profile.elementwise_seconds(hi) - profile.elementwise_seconds(lo) / choice.cp;
+  };
+  const auto more_launch = [&](const partition::PassWork& hi, const partition::PassWork& lo) {
+    return profile.launch_seconds(hi) - profile.launch_seconds(lo) / choice.cp;
+  };
+  const double rerun = choice.recompute == Recompute::kFull ? 1.0 : 0.0;
+  BlockCompute x = compute;
+  const auto add = [&](const partition::PassWork& hi, const partition::PassWork& lo, double& total, double& stream,
+                       double& launch, double times) {
+    total += times * more(hi, lo);
+    stream += times * more_stream(hi, lo);
+    launch += times * more_launch(hi, lo);
+  };
+  add(busiest.forward, priced.forward, x.forward_s, x.elementwise.forward_s, x.launch.forward_s, 1.0);
+  add(busiest.input_grad, priced.input_grad, x.input_grad_s, x.elementwise.input_grad_s, x.launch.input_grad_s, 1.0);
+  add(busiest.forward, priced.forward, x.recompute_s, x.elementwise.recompute_s, x.launch.recompute_s, rerun);
+  add(busiest.weight_grad, priced.weight_grad, x.weight_grad_s, x.elementwise.weight_grad_s, x.launch.weight_grad_s,
+      1.0);
+  return x;
+}
+
+}  // namespace
+
 BlockCompute expert_imbalance_compute(const TermContext& c, int b, const BlockCompute& compute) {
+  const bool routed = c.plan->spec.blocks[static_cast<std::size_t>(b)].n_experts > 0;
+  const bool roofline = !c.profile->measured.has_blocks() && c.profile->has_roofline();
+  if (roofline && routed && (c.choice->ep > 1 || c.choice->cp > 1)) return roofline_expert_rows(c, b, compute);
   if (!has_expert_parallelism(c, b)) return compute;
   const auto& cost = c.costs[static_cast<std::size_t>(b)];
   const auto share = [&](double pass_flops) { return (c.ep_imbalance - 1.0) * expert_gemm_fraction(c, b, pass_flops); };

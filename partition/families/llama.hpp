@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/core/dtype.hpp"
+
 namespace cleave::partition {
 
 struct BlockSpec;
@@ -19,6 +21,8 @@ struct ParamTensor;
 struct Family;
 struct BlockRules;
 struct TokenSizes;
+struct BlockWork;  // partition/block_work.hpp
+struct PassWork;
 
 // 0 in n_kv_heads / ffn_hidden_size / max_seq_len means "not given" (resolved by llama_defaults).
 // max_seq_len: the longest sequence the model's positions serve (a Hugging Face model's
@@ -67,5 +71,11 @@ BlockRules llama_block_rules();  // llama_block.cpp
 // One tp rank's tensors of a llama attention (q, k, v with their Qwen2 biases, o, the Qwen3 q/k norms), in the
 // layer's order (layers/llama/llama_block.cpp make_llama_attention); moe's block has the same attention.
 std::vector<ParamTensor> llama_attention_tensors(const BlockSpec& block, int tp);  // llama_block.cpp
+// The roofline work of a llama block's first half for a micro-batch on one tp rank (block_work.hpp): the RMSNorm,
+// q, k, v, rope, the attention core, the Qwen3 q/k norms, o and the residual add fused into the second RMSNorm; what
+// the feed-forward and the last residual add follow (moe's block: its mixture). `core_forward` receives the attention
+// core's forward (what selective recomputation reruns). Recomputation is the caller's.
+BlockWork llama_attention_work(const BlockSpec& block, DType dtype, int tp, std::int64_t micro_batch,
+                               bool sequence_parallel, PassWork& core_forward);  // llama_block.cpp
 
 }  // namespace cleave::partition

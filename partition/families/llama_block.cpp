@@ -182,8 +182,9 @@ using namespace work_parts;
 
 // Llama block: RMSNorms, separate q/k/v projections (k, v of Hkv heads), rope + packing, grouped-query
 // attention over the packed q|k|v (kv heads once), o; gate and up, SwiGLU, down. No biases.
-BlockWork llama_work(const BlockSpec& blk, D b, int tp, D micro, Recompute recompute, bool sequence_parallel) {
-  const D t = static_cast<D>(blk.seq_len), d = static_cast<D>(blk.in_features), f = static_cast<D>(blk.d_ff);
+// The first half, through the residual add fused into the second RMSNorm (llama.hpp llama_attention_work).
+BlockWork attention_work(const BlockSpec& blk, D b, int tp, D micro, bool sequence_parallel, PassWork& core_forward) {
+  const D t = static_cast<D>(blk.seq_len), d = static_cast<D>(blk.in_features);
   const D heads = static_cast<D>(blk.n_heads / tp), dh = d / static_cast<D>(blk.n_heads);
   const D kv = static_cast<D>(blk.n_kv_heads) * dh;  // k and v width
   const D rows = micro * t, p = tp;
@@ -200,19 +201,21 @@ BlockWork llama_work(const BlockSpec& blk, D b, int tp, D micro, Recompute recom
   w.input_grad.stream_bytes += (rows * (d + 2 * kv) / p + packed) * b;
   w.forward.kernels += 1;
   w.input_grad.kernels += 1;
-  const PassWork core_forward = attention_forward(micro * heads, t, dh, b, pairs);
+  core_forward = attention_forward(micro * heads, t, dh, b, pairs);
   w.forward += core_forward;
   w.input_grad += attention_backward(micro * heads, t, dh, b, pairs);
   if (blk.qk_norm) layernorm(w, rows * (d + kv) / p, b);  // Qwen3's per-head q/k norms
   linear(w, rows, d / p, d, false, b);
   add_norm(w, rows * d / seq, b);  // the residual add fused into the second RMSNorm (layers/residual_norm.hpp)
-  linear(w, rows, d, f / p, false, b);
-  linear(w, rows, d, f / p, false, b);
-  w.forward.stream_bytes += 3 * rows * f / p * b;     // swiglu: reads gate, up, writes h
-  w.input_grad.stream_bytes += 5 * rows * f / p * b;  // reads gate, up, dh, writes dgate, dup
-  w.forward.kernels += 1;
-  w.input_grad.kernels += 1;
-  linear(w, rows, f / p, d, false, b);
+  return w;
+}
+
+BlockWork llama_work(const BlockSpec& blk, D b, int tp, D micro, Recompute recompute, bool sequence_parallel) {
+  const D rows = micro * static_cast<D>(blk.seq_len), d = static_cast<D>(blk.in_features), p = tp;
+  const D seq = sequence_parallel && tp > 1 ? p : 1;
+  PassWork core_forward;
+  BlockWork w = attention_work(blk, b, tp, micro, sequence_parallel, core_forward);
+  swiglu(w, rows, d, static_cast<D>(blk.d_ff) / p, b);
   residual(w, rows * d / seq, b);
   if (recompute == Recompute::kSelective) w.input_grad += core_forward;
   if (recompute == Recompute::kFull) w.input_grad += w.forward;
@@ -245,6 +248,12 @@ std::vector<ParamTensor> llama_param_tensors(const BlockSpec& b, int tp) {
 }
 
 }  // namespace
+
+BlockWork llama_attention_work(const BlockSpec& block, DType dtype, int tp, std::int64_t micro_batch,
+                               bool sequence_parallel, PassWork& core_forward) {
+  return work::attention_work(block, static_cast<work_parts::D>(dtype_size(dtype)), tp,
+                              static_cast<work_parts::D>(micro_batch), sequence_parallel, core_forward);
+}
 
 std::vector<ParamTensor> llama_attention_tensors(const BlockSpec& b, int tp) {
   const std::int64_t d = b.in_features, hd = d / b.n_heads;

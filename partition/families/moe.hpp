@@ -110,4 +110,16 @@ struct MoeBackwardPhases {
 MoeBackwardPhases moe_backward_phases(const BlockSpec& block, DType dtype, Recompute recompute, int tp,
                                       bool sequence_parallel);
 
+// The routed experts' kernels of one moe block for a micro-batch of `micro_batch` samples on one tp rank, as the
+// engine runs them (layers/moe/moe_mlp.cpp): each projection (gate, up: D -> F/tp; down: F/tp -> D) a grouped GEMM,
+// one GEMM per expert (ops::grouped_gemm; on CUDA one launch each), so E launches of about micro · T · k / E rows
+// each (the mean an expert receives) rather than one GEMM of micro · T rows k · F wide: a profile's efficiency curve
+// prices each launch at its own, smaller size (HardwareProfile::gemm_seconds, Gemm::groups). The SwiGLU between
+// them runs over all the routed rows. Under expert parallelism the busiest rank runs the same E GEMMs (its E / ep
+// experts, one GEMM per source rank each: moe_mlp.cpp blocks_of), each `imbalance` times the mean rows (the ep
+// imbalance, docs/planner.md "Expert parallelism"); 1 at ep 1. The passes' GEMM FLOPs are the cost model's for the
+// routed experts (3 GEMMs of 2 · T · k · D · F / tp per sample and pass) times micro_batch · imbalance.
+BlockWork moe_routed_expert_work(const BlockSpec& block, DType dtype, int tp, std::int64_t micro_batch,
+                                 double imbalance = 1.0);
+
 }  // namespace cleave::partition

@@ -9,7 +9,10 @@
 // · d_ff, plus what that leaves out: the parameters of the experts no token of that width runs (E - k experts)
 // and of the router [E, D], the router's GEMMs (2·T·D·E per pass and weight gradient), and the stash the
 // routing adds per sample (the gathered input and the experts' output, [T·k, D] each, and the f32 router
-// logits [T, E]); the roofline adds the router's GEMM and its f32 logits' traffic to the active block's work.
+// logits [T, E]). The roofline work (moe_work) is not the active block's: llama's attention half, the shared
+// experts' SwiGLU, the routed experts as the engine launches them, one GEMM per expert and projection over about
+// T·k / E rows each (moe_routed_expert_work, priced launch by launch at its own size), the router's GEMM and its f32
+// logits' traffic.
 // Uneven loads (a micro-batch whose tokens crowd into few experts) change none of the byte
 // counts here, since every token always reaches exactly k experts (dropless). Under context parallelism the block
 // also keeps the count exchange's row per sample, whole on every cp rank (moe_cp_whole_stash_bytes, added by the
@@ -17,7 +20,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "engine/core/error.hpp"
 #include "partition/block_work.hpp"
@@ -134,25 +139,39 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
   return cost;
 }
 
-// The active llama block's work plus the router's GEMM ([rows, D] x [D, E], replicated over tp: every rank
-// routes every token) and its softmax / top-k over the f32 logits [rows, E] (read, written, and read back with
-// their gradient in backward). Under full recomputation the router's forward runs again in I.
+// The block's kernels: llama's attention half, the shared experts' SwiGLU (every token, F·S / tp wide), the routed
+// experts' grouped GEMMs (moe_routed_expert_work: E GEMMs per projection of micro · T · k / E rows each, as the
+// engine launches them), the router's GEMM ([rows, D] x [D, E], replicated over tp: every rank routes every token)
+// with its softmax / top-k over the f32 logits [rows, E] (read, written, and read back with their gradient in
+// backward), and the last residual add. Under full recomputation the whole forward (the router's included) runs
+// again in I, under selective the attention core's. Not counted: the rows' gather and combine (moe_gather,
+// moe_combine: [T·k, D] each way) and the shared expert gate's [rows, 1] GEMM.
 BlockWork moe_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch,
                    bool sequence_parallel) {
-  BlockWork w = llama_rules().work(active_llama_block(block), dtype, recompute, tp, micro_batch, sequence_parallel);
   using work_parts::D;
   const D rows = static_cast<D>(micro_batch * block.seq_len), d = static_cast<D>(block.in_features);
-  const D e = static_cast<D>(block.n_experts), b = static_cast<D>(dtype_size(dtype));
+  const D e = static_cast<D>(block.n_experts), b = static_cast<D>(dtype_size(dtype)), p = tp;
+  const D seq = sequence_parallel && tp > 1 ? p : 1;
+  PassWork core_forward;
+  BlockWork w = llama_attention_work(block, dtype, tp, micro_batch, sequence_parallel, core_forward);
+  if (block.n_shared_experts > 0) {
+    work_parts::swiglu(w, rows, d, static_cast<D>(block.n_shared_experts * block.d_ff) / p, b);
+  }
+  const BlockWork routed = moe_routed_expert_work(block, dtype, tp, micro_batch);
   BlockWork router;
   work_parts::linear(router, rows, d, e, false, b);
   router.forward.stream_bytes += 2 * rows * e * 4;
   router.input_grad.stream_bytes += 3 * rows * e * 4;
   router.forward.kernels += 1;  // softmax / top-k
   router.input_grad.kernels += 1;
-  w.forward += router.forward;
-  w.input_grad += router.input_grad;
-  w.weight_grad += router.weight_grad;
-  if (recompute == Recompute::kFull) w.input_grad += router.forward;
+  for (const BlockWork* part : std::initializer_list<const BlockWork*>{&routed, &router}) {
+    w.forward += part->forward;
+    w.input_grad += part->input_grad;
+    w.weight_grad += part->weight_grad;
+  }
+  work_parts::residual(w, rows * d / seq, b);
+  if (recompute == Recompute::kSelective) w.input_grad += core_forward;
+  if (recompute == Recompute::kFull) w.input_grad += w.forward;
   return w;
 }
 
@@ -218,6 +237,35 @@ MoeBackwardPhases moe_backward_phases(const BlockSpec& block, DType dtype, Recom
   p.mixture = mixture_phase(block, static_cast<std::int64_t>(dtype_size(dtype)), recompute, tp,
                             sequence_parallel && tp > 1, cost);
   return p;
+}
+
+BlockWork moe_routed_expert_work(const BlockSpec& block, DType dtype, int tp, std::int64_t micro_batch,
+                                 double imbalance) {
+  CLEAVE_ASSERT(block.n_experts > 0 && block.top_k > 0 && tp >= 1 && micro_batch >= 1 && imbalance >= 1.0,
+                "moe block {}: routed experts' work at e {} k {} tp {} micro-batch {} imbalance {}", block.name,
+                block.n_experts, block.top_k, tp, micro_batch, imbalance);
+  using work_parts::D;
+  const D e = static_cast<D>(block.n_experts), d = static_cast<D>(block.in_features);
+  const D f = static_cast<D>(block.d_ff) / tp, b = static_cast<D>(dtype_size(dtype));
+  const D routed = imbalance * static_cast<D>(micro_batch * block.seq_len * block.top_k);  // rows the experts run
+  BlockWork one;  // one expert's three GEMMs over its mean rows, and their launches
+  work_parts::linear(one, routed / e, d, f, false, b);  // gate
+  work_parts::linear(one, routed / e, d, f, false, b);  // up
+  work_parts::linear(one, routed / e, f, d, false, b);  // down
+  BlockWork w;
+  for (auto [from, to] : {std::pair{&one.forward, &w.forward}, std::pair{&one.input_grad, &w.input_grad},
+                          std::pair{&one.weight_grad, &w.weight_grad}}) {
+    for (Gemm g : from->gemms) {
+      g.groups = e;
+      to->gemms.push_back(g);
+    }
+    to->kernels += from->kernels * e;
+  }
+  w.forward.stream_bytes += 3 * routed * f * b;     // silu(gate) · up over every routed row
+  w.input_grad.stream_bytes += 5 * routed * f * b;  // reads gate, up, dh, writes dgate, dup
+  w.forward.kernels += 1;
+  w.input_grad.kernels += 1;
+  return w;
 }
 
 BlockRules moe_block_rules() {

@@ -17,10 +17,13 @@
 #include "engine/core/allocator.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
+#include "engine/planner/step_terms.hpp"
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/ep_costs.hpp"
+#include "partition/families/moe.hpp"
+#include "partition/hardware_profile.hpp"
 #include "support/scratch_dir_test.hpp"
 
 namespace cleave::planner {
@@ -254,6 +257,88 @@ TEST_F(EpPlanSearch, PricesExpertGradientsOverTheExpertDpGroup) {
       }
     }
   }
+}
+
+// On a roofline profile (the shipped H100's curve) the busiest ep rank's expert compute is its E GEMMs per projection
+// at imbalance × the mean rows, priced launch by launch (partition::moe_routed_expert_work), and the SwiGLU's traffic
+// over its rows: from imbalance 1 to 1.5 the F, I and W terms grow by exactly that, per moe block (2) and micro-batch
+// (2 per rank at dp 4), GEMMs in the compute terms and the traffic in the elementwise one; the launches do not move.
+// (With the wave term, as shipped, GEMMs of a few rows take one wave of one tile whatever their rows: no change.)
+TEST_F(EpPlanSearch, RooflineImbalancePricesTheBusiestRanksExpertGemmsLaunchByLaunch) {
+  const std::string config = write("moe.json", kMoe);
+  HardwareProfile h100 = partition::load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/h100_sxm.json");
+  ASSERT_TRUE(h100.has_roofline() && !h100.measured.has_blocks());
+  // Without the wave term: this model's expert GEMMs (4 and 6 rows) are one wave of one tile each either way, which
+  // prices them alike; the efficiency curve alone moves with their rows.
+  h100.sm_count = 0;
+  h100.gemm_tiles.clear();
+  PlanChoice c = choice_of_config(config, {}, 4);
+  c.ep = 2;
+  SearchOptions even{4, 0}, hot{4, 0};
+  even.ep_imbalance = 1.0;
+  hot.ep_imbalance = 1.5;
+  const PlanEstimate a = estimate_plan(config, {}, c, h100, even), b = estimate_plan(config, {}, c, h100, hot);
+  ASSERT_TRUE(a.valid && b.valid) << a.reason << b.reason;
+  config::RunConfig resolved = config::parse_config(kMoe, "<string>", {});
+  resolved.resolve(4);
+  const run_plan::Plan plan =
+      run_plan::make_plan(resolved, static_cast<int>(resolved.resolved_batch().gradient_accumulation_steps), 0);
+  const partition::BlockSpec& block = plan.spec.blocks[1];
+  ASSERT_GT(block.n_experts, 0);
+  const partition::BlockWork mean = partition::moe_routed_expert_work(block, DType::kF32, 1, 1, 1.0);
+  const partition::BlockWork busy = partition::moe_routed_expert_work(block, DType::kF32, 1, 1, 1.5);
+  const double per_step = 2.0 * 2.0;  // moe blocks x micro-batches on the rank
+  const auto gemms = [&](const partition::PassWork& hi, const partition::PassWork& lo) {
+    return per_step * (h100.gemm_pass_seconds(hi, false) - h100.gemm_pass_seconds(lo, false));
+  };
+  const auto stream = [&](const partition::PassWork& hi, const partition::PassWork& lo) {
+    return per_step * (h100.elementwise_seconds(hi) - h100.elementwise_seconds(lo));
+  };
+  const double df = gemms(busy.forward, mean.forward), di = gemms(busy.input_grad, mean.input_grad),
+               dw = gemms(busy.weight_grad, mean.weight_grad);
+  ASSERT_GT(df, 0.0);
+  EXPECT_NEAR(b.breakdown[StepTerm::kForward] - a.breakdown[StepTerm::kForward], df, 1e-9 * df);
+  EXPECT_NEAR(b.breakdown[StepTerm::kInputGrad] - a.breakdown[StepTerm::kInputGrad], di, 1e-9 * di);
+  EXPECT_NEAR(b.breakdown[StepTerm::kWeightGrad] - a.breakdown[StepTerm::kWeightGrad], dw, 1e-9 * dw);
+  const double de = stream(busy.forward, mean.forward) + stream(busy.input_grad, mean.input_grad) +
+                    stream(busy.weight_grad, mean.weight_grad);
+  EXPECT_NEAR(b.breakdown[StepTerm::kElementwise] - a.breakdown[StepTerm::kElementwise], de, 1e-9 * de);
+  EXPECT_DOUBLE_EQ(b.breakdown[StepTerm::kKernelLaunch], a.breakdown[StepTerm::kKernelLaunch]);
+}
+
+// Under cp a rank routes its T/cp tokens: on a roofline profile its experts' GEMMs are priced at b · T/cp · k / E rows
+// each (E launches per projection on every cp rank), in place of the block's T-row price ÷ cp (block_compute's).
+TEST_F(EpPlanSearch, RooflineExpertRowsUnderContextParallelismAreTheRanksOwn) {
+  const std::string path = write("moe.json", kMoe);
+  HardwareProfile h100 = partition::load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/h100_sxm.json");
+  h100.sm_count = 0;  // the curve alone (see above)
+  h100.gemm_tiles.clear();
+  config::RunConfig resolved = config::parse_config(kMoe, "<string>", {"parallel.context_parallel_size=2"});
+  resolved.resolve(4);
+  const run_plan::Plan plan =
+      run_plan::make_plan(resolved, static_cast<int>(resolved.resolved_batch().gradient_accumulation_steps), 0);
+  PlanChoice choice = choice_of_config(path, {"parallel.context_parallel_size=2"}, 4);
+  ASSERT_EQ(choice.cp, 2);
+  const SearchOptions options{4, 0};
+  const TermContext c = make_term_context(plan, resolved, choice, h100, options, 1.0);
+  const int b = 1;
+  const partition::BlockSpec& block = plan.spec.blocks[b];
+  ASSERT_GT(block.n_experts, 0);
+  const BlockCompute even = block_compute(c, b, 0.0);
+  const BlockCompute x = expert_imbalance_compute(c, b, even);
+  partition::BlockSpec half = block;
+  half.seq_len = block.seq_len / 2;
+  const partition::BlockWork whole = partition::moe_routed_expert_work(block, DType::kF32, 1, 1);
+  const partition::BlockWork own = partition::moe_routed_expert_work(half, DType::kF32, 1, 1);
+  const auto want = [&](const partition::PassWork& mine, const partition::PassWork& priced) {
+    return h100.roofline_seconds(mine, false) - h100.roofline_seconds(priced, false) / 2;
+  };
+  EXPECT_NEAR(x.forward_s - even.forward_s, want(own.forward, whole.forward), 1e-15);
+  EXPECT_NEAR(x.input_grad_s - even.input_grad_s, want(own.input_grad, whole.input_grad), 1e-15);
+  EXPECT_NEAR(x.weight_grad_s - even.weight_grad_s, want(own.weight_grad, whole.weight_grad), 1e-15);
+  // A cp rank launches all its GEMMs: 3 per expert in each pass, not half of them.
+  EXPECT_NEAR(x.launch.forward_s - even.launch.forward_s, h100.kernel_launch_s * (3 * 8 + 1) / 2, 1e-15);
+  EXPECT_GT(x.forward_s, even.forward_s);  // every launch and every expert's weights on each cp rank
 }
 
 TEST_F(EpPlanSearch, SearchesEpOnlyForMoeModelsWhereItDivides) {

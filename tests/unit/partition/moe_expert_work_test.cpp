@@ -1,0 +1,185 @@
+// The moe block's roofline work prices its routed experts as the engine launches them (partition/families/moe.hpp,
+// moe_routed_expert_work): E GEMMs per projection of about micro · T · k / E rows each, each at its own size on the
+// profile's efficiency curve (HardwareProfile::gemm_seconds of one launch, times Gemm::groups). On the shipped H100
+// profile (recorded inputs: its cited curve) and a Mixtral-sized block: one expert of top-1 is llama's SwiGLU
+// exactly; at the same FLOPs more, smaller experts cost more where the curve falls and the same where it is flat;
+// the ep imbalance raises it.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "partition/block_work.hpp"
+#include "partition/cost_model.hpp"
+#include "partition/families/llama.hpp"
+#include "partition/families/moe.hpp"
+#include "partition/hardware_profile.hpp"
+#include "partition/model_spec.hpp"
+
+namespace cleave::partition {
+namespace {
+
+HardwareProfile h100() { return load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/h100_sxm.json"); }
+
+// Mixtral 8x7B's block sizes (D 4096, 32 heads over 8 kv heads, F 14336, E 8, k 2) at T 4096.
+MoeConfig mixtral() {
+  MoeConfig c;
+  c.vocab_size = 256;
+  c.d_model = 4096;
+  c.n_layers = 1;
+  c.n_heads = 32;
+  c.n_kv_heads = 8;
+  c.ffn_hidden_size = 14336;
+  c.seq_len = 4096;
+  c.n_experts = 8;
+  c.top_k = 2;
+  return c;
+}
+
+BlockSpec moe_block(const MoeConfig& c) {
+  const ModelSpec spec = make_moe_spec(c);
+  for (const BlockSpec& b : spec.blocks) {
+    if (b.n_experts > 0) return b;
+  }
+  ADD_FAILURE() << "no moe block";
+  return {};
+}
+
+double priced(const HardwareProfile& p, const BlockWork& w) {
+  return p.roofline_seconds(w.forward, true) + p.roofline_seconds(w.input_grad, true) +
+         p.roofline_seconds(w.weight_grad, true);
+}
+
+bool same_gemms(const std::vector<Gemm>& a, const std::vector<Gemm>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].m != b[i].m || a[i].n != b[i].n || a[i].k != b[i].k || a[i].batch != b[i].batch ||
+        a[i].groups != b[i].groups || a[i].fused_attention != b[i].fused_attention) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// E = 1, k = 1: the mixture is one SwiGLU over every token, llama's. The moe block's kernels are the llama block's
+// plus the router's GEMM [rows, D] x [D, 1], its softmax / top-k traffic and kernel; its price is llama's plus theirs.
+TEST(MoeExpertWork, OneExpertTopOneIsTheDenseSwiglu) {
+  const HardwareProfile p = h100();
+  MoeConfig c = mixtral();
+  c.n_experts = 1;
+  c.top_k = 1;
+  const BlockSpec moe = moe_block(c);
+  const LlamaConfig& dense_config = c;
+  const BlockSpec dense = make_llama_spec(dense_config).blocks[1];
+  ASSERT_EQ(dense.d_ff, moe.d_ff);
+  for (const Recompute r : {Recompute::kNone, Recompute::kSelective}) {
+    for (const int tp : {1, 2}) {
+      const std::int64_t micro = 2;
+      const BlockWork m = block_work(moe, DType::kBF16, r, tp, micro);
+      const BlockWork l = block_work(dense, DType::kBF16, r, tp, micro);
+      const double rows = 2.0 * 4096;
+      const Gemm router_f{rows, 1, 4096}, router_i{rows, 4096, 1}, router_w{1, 4096, rows};
+      std::vector<Gemm> f = l.forward.gemms, i = l.input_grad.gemms, w = l.weight_grad.gemms;
+      f.push_back(router_f);
+      i.push_back(router_i);
+      w.push_back(router_w);
+      if (r == Recompute::kSelective) {  // the attention core's rerun follows the block's own I
+        std::vector<Gemm> rerun(l.input_grad.gemms.end() - 2, l.input_grad.gemms.end());
+        i.erase(i.end() - 3, i.end() - 1);
+        i.insert(i.end(), rerun.begin(), rerun.end());
+      }
+      EXPECT_TRUE(same_gemms(m.forward.gemms, f)) << tp;
+      EXPECT_TRUE(same_gemms(m.weight_grad.gemms, w)) << tp;
+      EXPECT_TRUE(same_gemms(m.input_grad.gemms, i)) << tp;
+      // Priced: llama's block plus the router's three GEMMs, its streamed f32 logits (2 and 3 reads and writes of
+      // [rows, 1] in F and I) and five launches (the GEMMs, softmax / top-k in F and its gradient in I).
+      const double router = p.gemm_seconds(router_f, true) + p.gemm_seconds(router_i, true) +
+                            p.gemm_seconds(router_w, true) + (2 + 3) * rows * 4 / p.memory_bandwidth_Bps +
+                            5 * p.kernel_launch_s;
+      EXPECT_NEAR(priced(p, m), priced(p, l) + router, 1e-12 * priced(p, l)) << tp;
+    }
+  }
+  // And the routed experts alone are llama's three SwiGLU GEMMs, one launch each, priced alike.
+  const BlockWork routed = moe_routed_expert_work(moe, DType::kBF16, 1, 1);
+  ASSERT_EQ(routed.forward.gemms.size(), 3u);
+  const BlockWork l = block_work(dense, DType::kBF16, Recompute::kNone, 1, 1);
+  for (std::size_t g = 0; g < 3; ++g) {
+    const Gemm& mine = routed.forward.gemms[g];
+    const Gemm& theirs = l.forward.gemms[l.forward.gemms.size() - 3 + g];
+    EXPECT_EQ(mine.groups, 1);
+    EXPECT_DOUBLE_EQ(p.gemm_seconds(mine, true), p.gemm_seconds(theirs, true));
+  }
+}
+
+// The same FLOPs (T·k rows, F wide) cut into E experts of T·k / E rows: the price is E launches of the smaller GEMM,
+// at the curve's efficiency for its FLOPs. It grows with E wherever that efficiency falls, and stays where the curve
+// is flat; the FLOPs never change.
+TEST(MoeExpertWork, SmallerExpertsCostMoreWhereTheCurveFalls) {
+  const HardwareProfile p = h100();
+  MoeConfig c = mixtral();
+  c.top_k = 1;
+  double previous = 0, flops = 0;
+  int grew = 0;
+  for (const std::int64_t e : {1, 2, 4, 8, 16, 64, 256}) {
+    c.n_experts = e;
+    const BlockSpec block = moe_block(c);
+    const BlockWork w = moe_routed_expert_work(block, DType::kBF16, 1, 1);
+    const Gemm& gate = w.forward.gemms.front();
+    EXPECT_DOUBLE_EQ(gate.m, 4096.0 / static_cast<double>(e)) << e;  // T·k / E rows per launch
+    EXPECT_EQ(gate.groups, static_cast<double>(e));
+    EXPECT_EQ(w.forward.kernels, 3.0 * static_cast<double>(e) + 1) << e;  // a launch per expert and projection, SwiGLU
+    // One launch priced at its own FLOPs, times E (not one GEMM of all E's work).
+    Gemm one = gate;
+    one.groups = 1;
+    EXPECT_DOUBLE_EQ(p.gemm_seconds(gate, true), static_cast<double>(e) * p.gemm_seconds(one, true)) << e;
+    EXPECT_DOUBLE_EQ(p.gemm_efficiency_of(gate, true), p.gemm_efficiency_at(one.flops(), true)) << e;
+    if (e == 1) flops = w.forward.gemm_flops();
+    EXPECT_DOUBLE_EQ(w.forward.gemm_flops(), flops) << e;
+    const double now = priced(p, w);
+    if (previous > 0) {
+      EXPECT_GE(now, previous * (1 - 1e-12)) << e;
+      if (now > previous * 1.01) ++grew;
+    }
+    previous = now;
+  }
+  EXPECT_GE(grew, 2);  // 256 experts of 16 rows are far down the curve
+  // Where the curve is flat the split costs nothing: the same profile with one efficiency at every size (no wave
+  // term, a bandwidth that never binds) prices 256 experts of 16 rows as 1 of 4096.
+  HardwareProfile flat = p;
+  flat.gemm_efficiency = {{1.0, 0.7}, {1e16, 0.7}};
+  flat.sm_count = 0;
+  flat.gemm_tiles.clear();
+  flat.memory_bandwidth_Bps = 1e30;
+  c.n_experts = 1;
+  const BlockWork whole = moe_routed_expert_work(moe_block(c), DType::kBF16, 1, 1);
+  c.n_experts = 256;
+  const BlockWork split = moe_routed_expert_work(moe_block(c), DType::kBF16, 1, 1);
+  for (const auto pass : {&BlockWork::forward, &BlockWork::input_grad, &BlockWork::weight_grad}) {
+    const double one = flat.gemm_pass_seconds(whole.*pass, true);
+    EXPECT_NEAR(flat.gemm_pass_seconds(split.*pass, true), one, 1e-12 * one);
+    EXPECT_GT(p.gemm_pass_seconds(split.*pass, true), 2 * p.gemm_pass_seconds(whole.*pass, true));
+  }
+}
+
+// The busiest ep rank: each of its E GEMMs per projection at imbalance × the mean rows. More rows, more time (and
+// FLOPs × imbalance); at imbalance 1 the mean rank's.
+TEST(MoeExpertWork, ImbalanceRaisesThePrice) {
+  const HardwareProfile p = h100();
+  const BlockSpec block = moe_block(mixtral());
+  const BlockWork even = moe_routed_expert_work(block, DType::kBF16, 2, 1, 1.0);
+  double last = priced(p, even);
+  for (const double f : {1.1, 1.5, 2.0}) {
+    const BlockWork hot = moe_routed_expert_work(block, DType::kBF16, 2, 1, f);
+    EXPECT_DOUBLE_EQ(hot.forward.gemms.front().m, f * even.forward.gemms.front().m);
+    EXPECT_DOUBLE_EQ(hot.forward.gemm_flops(), f * even.forward.gemm_flops());
+    EXPECT_DOUBLE_EQ(hot.weight_grad.gemm_flops(), f * even.weight_grad.gemm_flops());
+    EXPECT_EQ(hot.forward.kernels, even.forward.kernels);
+    const double now = priced(p, hot);
+    EXPECT_GT(now, last) << f;
+    last = now;
+  }
+  // The cost model's FLOPs: 3 GEMMs of 2·T·k·D·F / tp per sample and pass.
+  EXPECT_DOUBLE_EQ(even.forward.gemm_flops(), 3.0 * 2 * 4096 * 2 * 4096 * 14336 / 2);
+}
+
+}  // namespace
+}  // namespace cleave::partition

@@ -20,9 +20,20 @@ namespace cleave::run_plan {
 std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const partition::BlockCost& shard,
                                      partition::Recompute recompute, int tp, std::int64_t micro) {
   const partition::BlockWork work = partition::block_work(block, DType::kBF16, recompute, tp, micro);
+  // A grouped GEMM (a mixture's experts, Gemm::groups > 1) is listed at an expert's mean rows, but one expert may
+  // receive every token of the micro-batch (a token reaches an expert at most once), and the engine widens one
+  // expert's GEMM at a time: its token dimension (m in the forward and input-gradient products, k in the weight
+  // gradient's, partition/work_parts.hpp's linear) is taken at every token.
+  const double tokens = static_cast<double>(micro * block.seq_len);
   double widest = 0;
   for (const auto* pass : {&work.forward, &work.input_grad, &work.weight_grad}) {
-    for (const auto& gemm : pass->gemms) widest = std::max(widest, gemm.operand_bytes(4.0));
+    for (partition::Gemm gemm : pass->gemms) {
+      if (gemm.groups > 1) {
+        double& rows = pass == &work.weight_grad ? gemm.k : gemm.m;
+        rows = std::max(rows, tokens);
+      }
+      widest = std::max(widest, gemm.operand_bytes(4.0));
+    }
   }
   const double samples = static_cast<double>(micro);
   widest = std::max(widest, 3.0 * static_cast<double>(shard.output_bytes) * samples);

@@ -14,8 +14,11 @@
 #include "engine/core/allocator.hpp"
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
+#include "engine/run_plan/workspace_memory.hpp"
 #include "kernels/cpu/flash_attention.hpp"
 #include "partition/cost_model.hpp"
+#include "partition/families/moe.hpp"
+#include "partition/model_spec.hpp"
 
 namespace cleave::run_plan {
 namespace {
@@ -131,6 +134,37 @@ TEST(MemoryPlanCpu, AttentionScratchIsTheKernels) {
   partition::BlockSpec mlp;  // no attention
   mlp.kind = partition::BlockKind::kLinear;
   EXPECT_EQ(cpu_attention_scratch_bytes(mlp, 4, true), 0);
+}
+
+// The widened path holds one GEMM's three operands in f32. A mixture's expert GEMMs are listed at an expert's mean
+// rows (micro · T · k / E), but routing may send every token of the micro-batch to one expert, and the engine widens
+// one expert's GEMM at a time: the bound takes each expert GEMM at every token (its weight-gradient product too,
+// where the tokens are the reduction), so it covers the forced one_expert routing.
+TEST(MemoryPlanCpu, WideningCoversAnExpertThatReceivesEveryToken) {
+  partition::MoeConfig c;
+  c.vocab_size = 64;
+  c.d_model = 32;
+  c.n_layers = 1;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn_hidden_size = 256;  // wider than the attention projections, so the experts set the bound
+  c.seq_len = 16;
+  c.n_experts = 8;
+  c.top_k = 2;
+  const partition::ModelSpec spec = partition::make_moe_spec(c);
+  const auto block =
+      std::find_if(spec.blocks.begin(), spec.blocks.end(), [](const auto& b) { return b.n_experts > 0; });
+  ASSERT_NE(block, spec.blocks.end());
+  for (const std::int64_t micro : {1, 4}) {
+    for (const int tp : {1, 2}) {
+      const double tokens = static_cast<double>(micro * c.seq_len), d = 32, f = 256.0 / tp;
+      const double one_expert = (tokens * d + d * f + tokens * f) * 4;  // x, W, h of gate/up at every token, f32
+      EXPECT_GE(static_cast<double>(cpu_bf16_widening_bytes(*block, partition::BlockCost{}, partition::Recompute::kNone,
+                                                            tp, micro)),
+                one_expert)
+          << "micro-batch " << micro << ", tp " << tp;
+    }
+  }
 }
 
 }  // namespace

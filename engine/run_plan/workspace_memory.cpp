@@ -47,14 +47,14 @@ CpuKernels unresolved_cpu_kernels(const config::RunConfig& config) {
   return cpu;
 }
 
-// The per-thread floats of kernels/cpu/flash_attention.cpp (per_thread_floats, its block sizes kFlashBlockQ 64 and
-// kFlashBlockK 128): the forward's score block, accumulator and row statistics, the backward's two score blocks, D of
-// the group's rows and key-block gradients (summed, and a query chunk's share); f32 adds the transposed key (and
+// The per-thread floats of kernels/cpu/flash_attention_blocks.hpp (per_thread_floats, its block sizes kFlashBlockQ 64
+// and kFlashBlockK 128): the forward's score block, accumulator and row statistics, the backward's two score blocks, D
+// of the group's rows and key-block gradients (summed, and a query chunk's share); f32 adds the transposed key (and
 // value) blocks; bf16 the dot path's operands (flash_attention_dots.hpp: query rows of pair_dim(hd), key pairs of
 // 16-column-padded blocks), the widened blocks and the backward's f32 dQ of a kv head's query heads. Then the
-// backward's partial dK / dV sums when it runs one task per query chunk (flash_attention.cpp, chunk_tasks: several
-// threads, fewer than twice as many (batch x kv heads) groups and not a multiple of them): chunks x [2, T, hd] per
-// group, counted here for 2 threads - 1 groups since the batch is not known. Equal to the kernel's at one thread,
+// backward's partial dK / dV sums when it runs one task per query chunk (flash_attention_blocks.hpp, chunk_tasks:
+// several threads, fewer than twice as many (batch x kv heads) groups and not a multiple of them): chunks x [2, T, hd]
+// per group, counted here for 2 threads - 1 groups since the batch is not known. Equal to the kernel's at one thread,
 // its bound at more (MemoryPlanCpu.AttentionScratchIsTheKernels, tests/unit/run_plan).
 std::int64_t cpu_attention_scratch_bytes(const partition::BlockSpec& block, int threads, bool bf16) {
   if (block.n_heads <= 0 || threads <= 0) return 0;

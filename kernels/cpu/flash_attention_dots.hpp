@@ -1,7 +1,7 @@
-// Internal to flash_attention.cpp: the bf16 kernel's score products S = scale * A B^T of two bf16 row blocks that
-// share the head dimension (Q K^T in the forward and backward, dO V^T in the backward), with f32 accumulation, on
-// the CPU's bf16 dot-product instruction (AVX-512 BF16's vdpbf16ps) where it has one, else on f32 FMAs that give its
-// bits.
+// Internal to flash_attention.cpp and flash_attention_backward.cpp: the bf16 kernel's score products S = scale * A B^T
+// of two bf16 row blocks that share the head dimension (Q K^T in the forward and backward, dO V^T in the backward),
+// with f32 accumulation, on the CPU's bf16 dot-product instruction (AVX-512 BF16's vdpbf16ps) where it has one, else on
+// f32 FMAs that give its bits.
 //
 // Invariant: every path gives the same bits (FlashAttentionDots.EveryPathGivesTheSameBits). Element (r, c) is one
 // f32 lane accumulating over the head dimension pair by pair, each pair as vdpbf16ps adds it: acc += a[2p+1] b[2p+1],

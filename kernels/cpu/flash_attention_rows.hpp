@@ -1,6 +1,7 @@
-// Internal to flash_attention.cpp: the element-wise work on one block of scores between its GEMMs (the forward's
-// online-softmax update, the backward's recomputed probabilities, dS, and D = rowsum(dO * O)), compiled for the
-// baseline vectors, AVX2 and AVX-512 and chosen at run time (vector_isa.hpp), and the causal / window mask.
+// Internal to flash_attention.cpp and flash_attention_backward.cpp: the element-wise work on one block of scores
+// between its GEMMs (the forward's online-softmax update, the backward's recomputed probabilities, dS, and D =
+// rowsum(dO * O)), compiled for the baseline vectors, AVX2 and AVX-512 and chosen at run time (vector_isa.hpp), and the
+// causal / window mask.
 //
 // Invariant: every path gives the same bits (FlashAttentionRows.EveryIsaPathGivesTheSameBits): the element-wise
 // operations are the same IEEE operations without contraction into FMA, and every sum runs over 16 lane

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/core/english.hpp"
 #include "engine/train/threads.hpp"
 
 namespace cleave::bench {
@@ -37,9 +38,9 @@ std::string single_copy_warning(const BenchMachine& machine) {
 }
 
 std::string BenchMachine::describe() const {
-  return fmt::format("{}, {} core(s), {} rank(s) on the node x {} thread(s) per rank, {}, MPI single copy {}, "
-                     "progress thread {}{}",
-                     cpu_model, cores, ranks_on_node, threads_per_rank, binding, mpi_single_copy,
+  return fmt::format("{}, {}, {} on the node x {} per rank, {}, MPI single copy {}, progress thread {}{}", cpu_model,
+                     count_of(cores, "core"), count_of(ranks_on_node, "rank"), count_of(threads_per_rank, "thread"),
+                     binding, mpi_single_copy,
                      mpi_progress_thread ? "on" : "off",
                      oversubscribed ? " -- OVERSUBSCRIBED: ranks share cores, measured idle time is hidden" : "");
 }

@@ -226,8 +226,8 @@ void describe_profile(planner::HardwareProfile& profile, const ProfileCommand& c
                       int ranks, int plan_world, double seconds) {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   const int per_node = std::max(plan_world, machine.ranks_on_node);
-  profile.name = fmt::format("this machine: {} ({} cores), {} rank(s) x {} thread(s), profiled {}", machine.cpu_model,
-                             machine.cores, ranks, machine.threads_per_rank, today());
+  profile.name = fmt::format("this machine: {} ({} cores), {} x {}, profiled {}", machine.cpu_model, machine.cores,
+                             count_of(ranks, "rank"), count_of(machine.threads_per_rank, "thread"), today());
   profile.ranks_per_node = per_node;
   // The tables were timed with this node's ranks sharing its cores: a plan with more ranks per node is
   // priced by its smaller share (HardwareProfile::core_sharing).
@@ -241,10 +241,10 @@ void describe_profile(planner::HardwareProfile& profile, const ProfileCommand& c
     profile.inter_node = profile.intra_node;
   }
   profile.source = fmt::format(
-      "measured by `cleave profile {}` on {} rank(s) in {:.1f} s: block tables from the real layers (median of {} "
+      "measured by `cleave profile {}` on {} in {:.1f} s: block tables from the real layers (median of {} "
       "rounds of the median of {} after a warm-up, {}, mean over ranks); {}; device memory = physical "
       "memory / {} ranks. Before that: {}",
-      cmd.config_path, ranks, seconds, cmd.rounds, cmd.repeats,
+      cmd.config_path, count_of(ranks, "rank"), seconds, cmd.rounds, cmd.repeats,
       cmd.cold_caches ? fmt::format("cold caches and again warm; {} of last-level cache per rank",
                                     format_bytes(profile.measured.cache_bytes_per_rank))
                       : std::string("warm caches"),
@@ -385,8 +385,9 @@ int run_profile(int argc, char** argv) {
     const bool root = comm.rank() == 0;
 
     if (root) {
-      log::info("profile: {} on {} rank(s) x {} thread(s), for plans on {} ranks: tp {}, micro-batches {}",
-                cmd.config_path, comm.size(), threads, plan_world, fmt::join(request.tp_widths, ","),
+      log::info("profile: {} on {} x {}, for plans on {}: tp {}, micro-batches {}", cmd.config_path,
+                count_of(comm.size(), "rank"), count_of(threads, "thread"), count_of(plan_world, "rank"),
+                fmt::join(request.tp_widths, ","),
                 fmt::join(request.micro_batches, ","));
       if (machine.oversubscribed) {
         log::warn("profile: {} ranks on {} cores: oversubscribed; the times include waiting for a core",

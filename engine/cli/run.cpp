@@ -128,7 +128,7 @@ int run_run(int argc, char** argv) {
   } else if (args.given("--slots")) {
     o.slots = supervise::local_slots(static_cast<int>(args.count("--slots")));
   } else if (const char* tasks = std::getenv("SLURM_NTASKS"); tasks != nullptr && in_slurm != nullptr) {
-    o.slots = supervise::local_slots(std::atoi(tasks));
+    o.slots = supervise::slurm_slots(tasks);
   } else {
     throw InputError("run: give --slots N or --hostfile FILE (the ranks the job may use)");
   }

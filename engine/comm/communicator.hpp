@@ -73,6 +73,10 @@ struct P2POp {
 struct CommOptions {
   double timeout_s = 300.0;    // watchdog: a Work not complete after this long aborts the job
   bool deterministic = false;  // reductions in fixed rank order (see the file comment)
+  // This process's index on its node, resolved once when the world is made (make_world_communicator, by
+  // resolve_local_rank in launch_env.hpp) and read by everything that places the rank on a GPU (the NCCL probe,
+  // the NCCL world, the trainer); -1 in a communicator made outside the factory (tests).
+  int local_rank = -1;
 };
 
 // Handle to one in-flight operation. Destroying an incomplete Work waits for it (an in-flight transfer's

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "cleave/config.hpp"
+#include "engine/comm/mpi/local_rank.hpp"
 #include "engine/core/error.hpp"
 
 #if CLEAVE_WITH_CUDA
@@ -15,7 +16,16 @@
 namespace cleave::comm {
 
 World make_world_communicator(const MpiRuntime& runtime, config::CommBackend requested, DeviceType device_type,
-                              const CommOptions& options, P2PProgress progress) {
+                              const CommOptions& given, P2PProgress progress) {
+  // The local rank, once, by the one rule (resolve_local_rank): every communicator of the world carries it, so the
+  // NCCL probe, the NCCL world and the trainer (train::rank_gpu) place the rank on the same GPU.
+  CommOptions options = given;
+  {
+    MpiOptions probe;
+    static_cast<CommOptions&>(probe) = given;
+    probe.progress = P2PProgress::kOff;
+    options.local_rank = detect_local_rank(*runtime.world(probe)).local_rank;
+  }
   MpiOptions mpi_options;
   static_cast<CommOptions&>(mpi_options) = options;
   mpi_options.progress = progress;
@@ -31,7 +41,7 @@ World make_world_communicator(const MpiRuntime& runtime, config::CommBackend req
   // nowhere. "auto" in a world of one is mpi whatever the GPUs are (choose_comm_backend): nothing to probe.
   const bool auto_alone = requested == config::CommBackend::kAuto && facts.world_size == 1;
   if (requested != config::CommBackend::kMpi && device_type == DeviceType::kCuda && !auto_alone) {
-    const GpuPerRank gpus = probe_gpu_per_rank(*mpi);
+    const GpuPerRank gpus = probe_gpu_per_rank(*mpi, options.local_rank);
     facts.gpu_per_rank = gpus.own;
     facts.gpu_sharing = gpus.detail;
   }

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/tensor.hpp"
 #include "kernels/ops/ops.hpp"
@@ -21,7 +22,8 @@ HardwareProfile calibrate_this_machine(int ranks, std::int64_t m, std::int64_t n
   HardwareProfile p;
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   const int threads = std::max(1, cores / std::max(1, ranks));
-  p.name = fmt::format("this machine (measured: {} cores, {} thread(s) per rank)", cores, threads);
+  p.name = fmt::format("this machine (measured: {}, {} per rank)", count_of(cores, "core"),
+                       count_of(threads, "thread"));
   p.device_type = DeviceType::kCpu;
   p.ranks_per_node = std::max(1, ranks);
   p.cores_per_node = cores;

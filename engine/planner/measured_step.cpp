@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "pipeline/trace.hpp"
 
@@ -121,8 +122,8 @@ pipeline::Timeline read_chrome_trace(std::string_view json_text, const std::stri
 
 MeasuredStep measure_step(const pipeline::Timeline& timeline, int rank) {
   CLEAVE_CHECK(rank >= 0 && rank < static_cast<int>(timeline.ranks.size()),
-               "measured step: the timeline has {} pp rank(s), no rank {} (was the trace taken with the plan's pp?)",
-               timeline.ranks.size(), rank);
+               "measured step: the timeline has {}, no rank {} (was the trace taken with the plan's pp?)",
+               count_of(static_cast<std::int64_t>(timeline.ranks.size()), "pp rank"), rank);
   double t0 = std::numeric_limits<double>::infinity(), t1 = -t0;
   std::map<Key, double> sends;  // every SEND's posting time, over all ranks (one clock: one node)
   for (const auto& r : timeline.ranks) {

@@ -2,6 +2,7 @@
 #include "engine/supervise/recovery_policy.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <map>
 #include <regex>
@@ -12,6 +13,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/core/exit_code.hpp"
+#include "engine/core/input_error.hpp"
 
 namespace cleave::supervise {
 namespace {
@@ -45,6 +47,18 @@ std::vector<Slot> local_slots(int n) {
   std::vector<Slot> slots;
   for (int i = 0; i < n; ++i) slots.push_back({"localhost", i});
   return slots;
+}
+
+std::vector<Slot> slurm_slots(std::string_view ntasks) {
+  int n = 0;
+  const char* end = ntasks.data() + ntasks.size();
+  const auto [ptr, ec] = std::from_chars(ntasks.data(), end, n);
+  const bool digits = !ntasks.empty() && ntasks.find_first_not_of("0123456789") == std::string_view::npos;
+  CLEAVE_CHECK_INPUT(digits && ec == std::errc() && ptr == end && n > 0,
+                     "run: SLURM_NTASKS='{}' is not a positive task count; fix the allocation's task count (sbatch "
+                     "--ntasks N) or give --slots N",
+                     ntasks);
+  return local_slots(n);
 }
 
 std::vector<Slot> parse_hostfile(std::string_view text, std::string_view path) {

@@ -34,6 +34,10 @@ struct Slot {
 
 // `n` slots on this machine.
 std::vector<Slot> local_slots(int n);
+// The slots of a SLURM allocation on this machine, from SLURM_NTASKS's text: a positive integer, digits only.
+// Anything else (empty, "abc", "4x", "-2", "0", past INT_MAX) throws InputError (exit 64) naming the variable, its
+// value and the fix.
+std::vector<Slot> slurm_slots(std::string_view ntasks);
 // An Open MPI hostfile: "host [slots=N]" per line, '#' comments, blank lines; a host without slots= has one.
 // Throws Error naming `path` and the line for anything else.
 std::vector<Slot> parse_hostfile(std::string_view text, std::string_view path);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "kernels/ops/ops.hpp"
@@ -338,30 +339,32 @@ void DataParallel::log_layout(std::int64_t elements, std::int64_t state_bytes, b
                                "through the backward)");
   }
   if (dp_.rank() == 0 && expert_bucketer_) {
-    log::info("data parallel: expert parallelism: {} expert tensor(s) in {} bucket(s) reduced{} over the expert-dp group "
-              "of {} rank(s) (dp x cp / ep), the rest over dp x cp = {}",
-              expert_order_.size(), expert_bucketer_->num_buckets(),
+    log::info("data parallel: expert parallelism: {} in {} reduced{} over the expert-dp group of {} (dp x cp / ep), "
+              "the rest over dp x cp = {}",
+              count_of(static_cast<std::int64_t>(expert_order_.size()), "expert tensor"),
+              count_of(static_cast<std::int64_t>(expert_bucketer_->num_buckets()), "bucket"),
               options_.zero_stage >= 1 ? fmt::format(" and ZeRO-{} sharded", options_.zero_stage) : std::string(),
-              options_.expert_replicas->size(), dp_.size());
+              count_of(static_cast<std::int64_t>(options_.expert_replicas->size()), "rank"), dp_.size());
   }
   if (dp_.rank() == 0) {
+    const std::string buckets = count_of(static_cast<std::int64_t>(num_buckets() + (table_bucketer_ ? 1 : 0)), "bucket");
     if (parameter_shards_) {
       std::int64_t kept = 0;
       for (int u = 0; u < parameter_shards_->num_units(); ++u) kept += parameter_shards_->master(u).numel();
-      log::info("data parallel: dp {}, {} bucket(s), one per block | ZeRO-3: this rank keeps {} of {} parameter "
+      log::info("data parallel: dp {}, {}, one per block | ZeRO-3: this rank keeps {} of {} parameter "
                 "elements (each block's gathered while it runs, the next one's prefetched); optimizer state {} B "
                 "(allocator kOptimizerState), unsharded {} B",
-                dp_.size(), num_buckets() + (table_bucketer_ ? 1 : 0), kept, elements, state_bytes,
+                dp_.size(), buckets, kept, elements, state_bytes,
                 elements * kinds * 4);
     } else if (sharded()) {
-      log::info("data parallel: dp {}, {} bucket(s) of <= {} MiB, {} parameter elements on this rank | ZeRO-{} "
+      log::info("data parallel: dp {}, {} of <= {} MiB, {} parameter elements on this rank | ZeRO-{} "
                 "optimizer state {} B (allocator kOptimizerState), unsharded {} B",
-                dp_.size(), num_buckets() + (table_bucketer_ ? 1 : 0), options_.bucket_mib, elements,
+                dp_.size(), buckets, options_.bucket_mib, elements,
                 options_.zero_stage, state_bytes, elements * kinds * 4);
     } else {
-      log::info("data parallel: dp {}, {} bucket(s) of <= {} MiB, {} parameter elements on this rank | optimizer "
+      log::info("data parallel: dp {}, {} of <= {} MiB, {} parameter elements on this rank | optimizer "
                 "state unsharded {} B",
-                dp_.size(), num_buckets() + (table_bucketer_ ? 1 : 0), options_.bucket_mib, elements,
+                dp_.size(), buckets, options_.bucket_mib, elements,
                 elements * kinds * 4);
     }
   }

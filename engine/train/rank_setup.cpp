@@ -23,9 +23,9 @@ Device run_device(const config::RunConfig& config, const comm::Communicator& wor
   CLEAVE_CHECK(CLEAVE_WITH_CUDA != 0,
                "device.type \"cuda\": this cleave was built without CUDA (CMake found no CUDA toolkit, cuDNN or NCCL; "
                "`cleave version` says which), so it trains on the cpu only: set device.type \"cpu\" or rebuild");
-  const std::optional<comm::LocalRank> launcher = comm::local_rank_from_env(comm::process_env());
-  // Without a launcher's word, one node holds the whole world.
-  const int local_rank = launcher ? launcher->local_rank : world.rank();
+  // The local rank make_world_communicator resolved once (the NCCL probe placed the rank by the same number); a
+  // world made outside the factory (tests) has none and is one node.
+  const int local_rank = world.options().local_rank >= 0 ? world.options().local_rank : world.rank();
   return Device::cuda(rank_gpu({world.rank(), local_rank, ops::visible_devices(DeviceType::kCuda)}));
 }
 

@@ -45,8 +45,9 @@ run_plan::CpuKernels cpu_kernels_of(const config::RunConfig& config);
 // is a pure function of the config, the world size and this machine's CPU kernels, so every rank refuses alike.
 void check_plan_before_world(const config::RunConfig& config, int world_size);
 
-// What places a rank on a GPU (rank_gpu): the launcher's local rank (or the world rank, without a launcher) and
-// the GPUs this rank sees.
+// What places a rank on a GPU (rank_gpu): the local rank make_world_communicator resolved once (world.options()
+// .local_rank, by comm::resolve_local_rank; the world rank in a world made outside the factory) and the GPUs this
+// rank sees.
 struct GpuPlacement {
   int world_rank = 0;
   int local_rank = 0;

@@ -140,8 +140,8 @@ void log_run_start(const RankSetup& s, const Throughput& throughput, const DataS
             s.batch.global_batch_size, s.batch.micro_batch_size, s.batch.gradient_accumulation_steps,
             s.grid.dp_size(), train_data.describe());
   log::info("throughput: {:.4g} model FLOPs per step (cost model, recomputation not counted; docs/report.md) "
-            "shared by {} rank{}; {}",
-            throughput.model_flops_per_step, s.world.size(), s.world.size() == 1 ? "" : "s",
+            "shared by {}; {}",
+            throughput.model_flops_per_step, count_of(s.world.size(), "rank"),
             peak.per_rank > 0 ? "MFU against the " + peak.source
                               : std::string("no MFU without a peak (cleave train --profile FILE)"));
   // Which library runs the GEMMs (device.blas resolved on this CPU; run.json's cpu_gemm says the same).

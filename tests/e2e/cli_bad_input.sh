@@ -150,6 +150,12 @@ run_input run-virtual-stages 'parallel\.virtual_pipeline_stages: schedule 1f1b' 
     --set parallel.virtual_pipeline_stages=3
 run_input run-no-slots 'run: give --slots N or --hostfile FILE' -- "${set_out[@]}"
 run_input run-no-dashes 'run: put the training job after --' --slots 1
+# Inside a SLURM allocation without --slots, SLURM_NTASKS gives the slots: a malformed value is refused (atoi read
+# "4x" as 4 and "abc" as 0).
+for ntasks in abc 4x 0; do
+  SLURM_JOB_ID=1 SLURM_NTASKS=$ntasks run_input "run-slurm-ntasks-$ntasks" \
+      "run: SLURM_NTASKS='$ntasks' is not a positive task count; .*--slots N" -- "${set_out[@]}"
+done
 run_input run-min-ranks 'run: 1 slot is fewer than --min-ranks 2' --slots 1 --min-ranks 2 -- "${set_out[@]}"
 run_input run-launcher-missing 'run: the launcher no-such-launcher cannot be started \(not found in PATH\); nothing was started' \
     --slots 1 --launcher "no-such-launcher -x" -- "${set_out[@]}"

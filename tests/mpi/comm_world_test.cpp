@@ -29,6 +29,9 @@ TEST(CommWorld, AutoAndMpiOnTheCpuGiveAnMpiWorld) {
     const int n = world.comm->size();
     EXPECT_EQ(n, mpi_runtime().world_size());
     EXPECT_EQ(world.comm->rank(), mpi_runtime().world_rank());
+    // The local rank resolved once for every placement (the test's ranks share one host, numbered in rank order).
+    EXPECT_EQ(world.comm->options().local_rank, world.comm->rank());
+    EXPECT_EQ(world.comm->split(0, world.comm->rank(), "copy")->options().local_rank, world.comm->rank());
     Tensor t = Tensor::empty({3}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
     for (int i = 0; i < 3; ++i) t.data<float>()[i] = static_cast<float>(small_value(world.comm->rank(), i));
     world.comm->all_reduce(t, comm::ReduceOp::kSum)->wait();

@@ -59,7 +59,9 @@ NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap, const NcclOptions
                  state->name, options.device, device_count);
     state->device = options.device;
   } else {
-    const LocalRank local = detect_local_rank(*state->mpi);
+    // The world's local rank (make_world_communicator resolved it once), else resolved here by the same rule.
+    const LocalRank local =
+        options.local_rank >= 0 ? LocalRank{options.local_rank, 0, "options"} : detect_local_rank(*state->mpi);
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     state->device = select_device(local, device_count, host_name(), visible != nullptr ? visible : "(unset)");
   }

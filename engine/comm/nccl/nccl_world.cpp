@@ -41,9 +41,8 @@ std::string local_gpu_record(const LocalRank& local) {
 
 }  // namespace
 
-GpuPerRank probe_gpu_per_rank(const MpiCommunicator& world) {
-  const LocalRank local = detect_local_rank(world);
-  const std::string mine = local_gpu_record(local);
+GpuPerRank probe_gpu_per_rank(const MpiCommunicator& world, int local_rank) {
+  const std::string mine = local_gpu_record(LocalRank{local_rank, 0, "make_world_communicator"});
   std::vector<char> send(kRecord, '\0');
   std::memcpy(send.data(), mine.data(), std::min(mine.size(), kRecord - 1));
   const int n = world.size();
@@ -70,7 +69,7 @@ GpuPerRank probe_gpu_per_rank(const MpiCommunicator& world) {
 
 std::unique_ptr<Communicator> make_nccl_world(MpiCommunicator& bootstrap, const CommOptions& options) {
   NcclOptions nccl_options;
-  static_cast<CommOptions&>(nccl_options) = options;  // device -1: picked from the launcher's local rank
+  static_cast<CommOptions&>(nccl_options) = options;  // device -1: picked from options.local_rank
   return std::make_unique<NcclCommunicator>(bootstrap, nccl_options);
 }
 

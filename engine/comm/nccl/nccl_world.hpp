@@ -16,14 +16,14 @@ struct GpuPerRank {
   std::string detail;  // when not: which ranks share which GPU on which host, or why a rank has none
 };
 
-// Collective over `world`. Each rank picks its device as NcclCommunicator does (launcher local rank and the
-// visible devices, launch_env.hpp); the ranks then compare host name and PCI bus id (gpu_ownership,
+// Collective over `world`. Each rank picks its device as NcclCommunicator does (`local_rank`, resolved once by
+// make_world_communicator, and the visible devices, launch_env.hpp); the ranks then compare host name and PCI bus id (gpu_ownership,
 // launch_env.hpp), before any NCCL communicator exists, so ranks sharing a GPU are named here instead of by
 // NCCL's "Duplicate GPU detected" at init. A rank that cannot pick a device still joins the comparison (it
 // reports why), so no rank is left waiting.
-GpuPerRank probe_gpu_per_rank(const MpiCommunicator& world);
+GpuPerRank probe_gpu_per_rank(const MpiCommunicator& world, int local_rank);
 
-// An NcclCommunicator over `bootstrap`'s members (device from the local rank). Collective; `bootstrap` may
+// An NcclCommunicator over `bootstrap`'s members (device from options.local_rank). Collective; `bootstrap` may
 // be destroyed afterwards.
 std::unique_ptr<Communicator> make_nccl_world(MpiCommunicator& bootstrap, const CommOptions& options);
 

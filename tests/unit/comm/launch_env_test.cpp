@@ -65,6 +65,37 @@ TEST(LaunchEnv, ConsistentClaimsAreUsed) {
   EXPECT_EQ(resolve_local_rank(hosts, claims, 3, "x").local_rank, 1);
 }
 
+// The one rule make_world_communicator applies once for the NCCL probe, the NCCL world and the trainer, on
+// recorded cases (docs/cuda.md, the trainer on cuda).
+TEST(LaunchEnv, OneRuleForTheLocalRankOnRecordedLaunches) {
+  // Two nodes, no launcher variable (a plain MPI launch whose local-rank variable the launcher does not export):
+  // the position among the ranks on the same host, not the world rank (rank 3 is the second rank of node n2).
+  const std::vector<std::string> two_nodes{"n1", "n1", "n2", "n2"};
+  const std::vector<int> none{-1, -1, -1, -1};
+  for (int r = 0; r < 4; ++r) {
+    const LocalRank l = resolve_local_rank(two_nodes, none, r, "hostname");
+    EXPECT_EQ(l.local_rank, r % 2) << "rank " << r;
+    EXPECT_EQ(l.source, "hostname");
+  }
+  // The variable present on every rank and consistent with the hosts: it is used as is.
+  const std::vector<int> ompi{0, 1, 0, 1};
+  EXPECT_EQ(resolve_local_rank(two_nodes, ompi, 3, "OMPI_COMM_WORLD_LOCAL_RANK").local_rank, 1);
+  EXPECT_EQ(resolve_local_rank(two_nodes, ompi, 3, "OMPI_COMM_WORLD_LOCAL_RANK").source, "OMPI_COMM_WORLD_LOCAL_RANK");
+  // The variable distinct on each host but numbering the ranks otherwise than the host order: the variable wins
+  // (the launcher may bind GPUs by its own numbering).
+  const std::vector<int> reversed{1, 0, 1, 0};
+  EXPECT_EQ(resolve_local_rank(two_nodes, reversed, 0, "SLURM_LOCALID").local_rank, 1);
+  EXPECT_EQ(resolve_local_rank(two_nodes, reversed, 3, "SLURM_LOCALID").local_rank, 0);
+  // The variable contradicting the hosts (two ranks of n1 both claim 0: an inherited SLURM_LOCALID), or missing on
+  // one rank: the host-name allgather wins, on every rank alike.
+  const std::vector<int> clash{0, 0, 0, 1};
+  const std::vector<int> missing{0, 1, -1, 1};
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(resolve_local_rank(two_nodes, clash, r, "SLURM_LOCALID").local_rank, r % 2) << "rank " << r;
+    EXPECT_EQ(resolve_local_rank(two_nodes, missing, r, "SLURM_LOCALID").local_rank, r % 2) << "rank " << r;
+  }
+}
+
 TEST(LaunchEnv, DuplicateOrMissingClaimsFallBackToHostPosition) {
   const std::vector<std::string> hosts{"a", "b", "a", "a", "b"};
   const std::vector<int> inherited{0, 0, 0, 0, 0};  // SLURM_LOCALID of the batch step, inherited by every rank

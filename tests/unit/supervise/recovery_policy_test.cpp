@@ -163,6 +163,24 @@ TEST(ExitCodeOf, EachErrorTypeHasItsOwnCode) {
   EXPECT_EQ(checkpoint::exit_code_of(std::runtime_error("x")), 1);
 }
 
+// cleave run inside a SLURM allocation takes its slots from SLURM_NTASKS: a malformed value is bad input (exit 64)
+// naming the variable, the value and the fix, never atoi's 0 or its prefix.
+TEST(SlurmSlots, ParsesAPositiveTaskCountAndRefusesAnythingElse) {
+  EXPECT_EQ(slurm_slots("3"), local_slots(3));
+  EXPECT_EQ(slurm_slots("1").size(), 1u);
+  for (const std::string bad : {"", "abc", "4x", "4(x2)", " 4", "+4", "-2", "0", "2.5", "99999999999"}) {
+    try {
+      slurm_slots(bad);
+      ADD_FAILURE() << "SLURM_NTASKS='" << bad << "' accepted";
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("SLURM_NTASKS='" + bad + "'"), std::string::npos) << what;
+      EXPECT_NE(what.find("--slots N"), std::string::npos) << what;
+      EXPECT_EQ(checkpoint::exit_code_of(e), 64);
+    }
+  }
+}
+
 TEST(RemainingSlots, DropsDeadAndHungRanksAndUnhealthySlotsOnly) {
   const auto slots = local_slots(4);
   EXPECT_EQ(remaining_slots(slots, {FailureKind::kKilled, {2}, ""}, {}),

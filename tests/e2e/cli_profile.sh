@@ -89,10 +89,17 @@ import json, sys
 two, four = ({tuple(p["overrides"]): p["step_s"] for p in json.load(open(f))["plans"]} for f in sys.argv[1:3])
 common = set(two) & set(four)
 assert common, "no plan in both"
+def pipelined(k):
+    return "parallel.pipeline_model_parallel_size=1" not in k
 ratios = sorted(two[k] / four[k] for k in common)
-# Compute x2, communication unchanged: between 1 and 2, near 2 where compute dominates.
-assert ratios[0] >= 1 - 1e-9 and 1.5 < ratios[-1] <= 2.0 + 1e-9, ratios
-print(f"ok   4 ranks on 2 cores: warned, priced {ratios[0]:.2f}-{ratios[-1]:.2f}x the same plans on 4 cores")
+flat = sorted(two[k] / four[k] for k in common if not pipelined(k))
+# Compute x2, communication unchanged: between 1 and 2, near 2 where compute dominates. A pipeline's transfers on
+# shared cores also wait for their core's holder, (1 - 1/rho) x its mean action / 2 each (docs/planner.md, "More
+# ranks than cores"): at rho 2 a quarter of an action per transfer, so its plans may go past 2 but not by half.
+assert flat and flat[0] >= 1 - 1e-9 and 1.5 < flat[-1] <= 2.0 + 1e-9, flat
+assert ratios[0] >= 1 - 1e-9 and ratios[-1] <= 2.5, ratios
+print(f"ok   4 ranks on 2 cores: warned, priced {ratios[0]:.2f}-{ratios[-1]:.2f}x the same plans on 4 cores "
+      f"({flat[0]:.2f}-{flat[-1]:.2f}x without a pipeline)")
 PY
 # With the measured time sharing: every plan priced at least as before, and the warning says so.
 "$cleave" plan tiny.json --world 4 --profile two_cores_time_shared.json --top 3 --json shared.json > shared.log 2>&1 \

@@ -16,7 +16,6 @@
 #include "engine/comm/nccl/nccl_group.hpp"
 #include "engine/comm/nccl/nccl_work.hpp"
 #include "engine/comm/nccl/ordered_reduce.hpp"
-#include "engine/comm/nccl/stream_buffer.hpp"
 #include "engine/cuda/device.hpp"
 
 namespace cleave::comm {
@@ -34,12 +33,16 @@ void deterministic_reduce(NcclCommState& s, const std::string& op_name, DType dt
   auto begin_of = [&](int q) { return gather ? block_begin(total, n, q) : total / n * q; };
   auto len_of = [&](int q) { return gather ? block_begin(total, n, q + 1) - block_begin(total, n, q) : total / n; };
   const std::int64_t mine = len_of(r);
-  // Freed on the comm stream on every path (a throw below included), after the group that uses it has ended.
-  StreamBuffer staging(static_cast<std::size_t>(n) * static_cast<std::size_t>(mine) * elem + 1, s.stream);
-  char* slots = staging.data();
-  CLEAVE_CUDA_CHECK(cudaMemcpyAsync(slots + static_cast<std::size_t>(r * mine) * elem,
-                                    input + static_cast<std::size_t>(begin_of(r)) * elem,
-                                    static_cast<std::size_t>(mine) * elem, cudaMemcpyDeviceToDevice, s.stream));
+  // The communicator's scratch, ordered on its stream: the previous reduction's kernel has read it before this
+  // one's copy and receives write it. It grows only for a larger request (the warm-up's), so a steady step
+  // allocates nothing; a throw below leaves it with the communicator, which frees it at its end.
+  const std::size_t slot_bytes = static_cast<std::size_t>(mine) * elem;
+  char* slots = s.staging.reserve(static_cast<std::size_t>(n) * slot_bytes, s.stream);
+  if (mine > 0) {
+    CLEAVE_CUDA_CHECK(cudaMemcpyAsync(slots + static_cast<std::size_t>(r) * slot_bytes,
+                                      input + static_cast<std::size_t>(begin_of(r)) * elem, slot_bytes,
+                                      cudaMemcpyDeviceToDevice, s.stream));
+  }
   NcclGroup exchange;
   for (int q = 0; q < n; ++q) {
     if (q == r) continue;
@@ -48,7 +51,7 @@ void deterministic_reduce(NcclCommState& s, const std::string& op_name, DType dt
                                  static_cast<std::size_t>(len_of(q)), nccl_type(dtype), q, s.comm, s.stream));
     }
     if (mine > 0) {
-      CLEAVE_NCCL_CHECK(ncclRecv(slots + static_cast<std::size_t>(q * mine) * elem, static_cast<std::size_t>(mine),
+      CLEAVE_NCCL_CHECK(ncclRecv(slots + static_cast<std::size_t>(q) * slot_bytes, static_cast<std::size_t>(mine),
                                  nccl_type(dtype), q, s.comm, s.stream));
     }
   }
@@ -71,7 +74,6 @@ void deterministic_reduce(NcclCommState& s, const std::string& op_name, DType dt
     spread.end();
     s.wait_ready(s.comm, op_name);
   }
-  staging.free();
 }
 
 }  // namespace

@@ -105,6 +105,12 @@ std::size_t NcclCommunicator::outstanding_device_works() const {
   return state_->completions != nullptr ? state_->completions->outstanding() : 0;
 }
 
+NcclStagingStats NcclCommunicator::staging_stats() const {
+  std::lock_guard<std::recursive_mutex> lock(state_->comm_mutex);
+  const detail::StreamScratchStats stats = state_->staging.stats();
+  return {stats.capacity_bytes, stats.growths};
+}
+
 void NcclCommunicator::count_host_waits(ops::HostWaits* waits) { state_->host_waits = waits; }
 
 void NcclCommunicator::abort(const std::string& reason) {

@@ -27,13 +27,16 @@
 //  - u16 (no NCCL type) is moved as bytes by copy ops; reductions on u16 are refused.
 //  - Deterministic mode (floating types): a grouped send/recv exchange brings block q of every rank to rank
 //    q, a kernel sums the n contributions in the canonical rank order of engine/core/sum_tree.hpp in f32
-//    (ordered_reduce.hpp), and a second exchange spreads the results; bit-identical to the MPI backend's deterministic mode for the same inputs.
+//    (ordered_reduce.hpp), and a second exchange spreads the results; bit-identical to the MPI backend's deterministic
+//    mode for the same inputs. The contributions are staged in the communicator's own scratch, grown by the first
+//    (warm-up) reductions and reused after that (staging_stats()), freed when the communicator goes.
 #pragma once
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +52,13 @@ struct NcclOptions : CommOptions {
   // Every wait() blocks the host until the op is done, also on a CUDA stream (debugging; the environment
   // variable CLEAVE_NCCL_HOST_WAIT=1 sets it too). Off: ops on a CUDA stream complete on the device.
   bool host_completion = false;
+};
+
+// The deterministic reduction's staging scratch (stream_scratch.hpp): what it holds and how many times it grew
+// (each growth one cudaMallocAsync; none in a steady-state step).
+struct NcclStagingStats {
+  std::size_t capacity_bytes = 0;
+  std::int64_t growths = 0;
 };
 
 namespace detail {
@@ -77,6 +87,7 @@ class NcclCommunicator final : public Communicator {
   bool completes_on_device() const;
   // Ops completed on the device whose events the watchdog thread has not yet seen fire (tests).
   std::size_t outstanding_device_works() const;
+  NcclStagingStats staging_stats() const;
 
   // Counts host-mode waits (wait() that blocks the host) as ops::HostWait::kCommunication.
   void count_host_waits(ops::HostWaits* waits) override;

@@ -5,6 +5,7 @@
 #include "engine/comm/nccl/nccl_work.hpp"
 
 #include <algorithm>
+#include <exception>
 #include <optional>
 
 #include "engine/comm/nccl/cuda_check.hpp"
@@ -41,6 +42,13 @@ NcclCommState::~NcclCommState() {
       log::warn("nccl comm '{}': finalize did not complete ({}); aborting it", name, ncclGetErrorString(state));
       ncclCommAbort(comm);
     }
+  }
+  // After the communicator that receives into it is finalized or aborted; ordered on `stream`, which goes next.
+  try {
+    staging.release();
+  } catch (const std::exception& e) {
+    (void)cudaGetLastError();
+    log::warn("nccl comm '{}': {}", name, e.what());
   }
   if (barrier_word != nullptr) cudaFree(barrier_word);
   if (ready != nullptr) cudaEventDestroy(ready);

@@ -23,6 +23,7 @@
 #include "engine/comm/mpi/watchdog.hpp"
 #include "engine/comm/nccl/device_completions.hpp"
 #include "engine/comm/nccl/nccl_communicator.hpp"
+#include "engine/comm/nccl/stream_scratch.hpp"
 #include "engine/comm/op_parts.hpp"
 
 namespace cleave::comm::detail {
@@ -32,6 +33,9 @@ struct NcclCommState {
   cudaStream_t stream = nullptr;
   cudaEvent_t ready = nullptr;  // recorded on the caller's stream; the comm stream waits on it
   int* barrier_word = nullptr;  // one device int for barrier()
+  // The deterministic reduction's staging, used on `stream` only (under comm_mutex); grown by the first reductions
+  // (warm-up), then reused: no allocation in a steady-state step. Released before `stream` is destroyed.
+  StreamScratch staging;
   int device = 0;
   int rank = 0;
   int size = 1;
@@ -48,7 +52,8 @@ struct NcclCommState {
   ops::HostWaits* host_waits = nullptr;           // the run's counter (count_host_waits), not owned
   std::unique_ptr<DeviceCompletions> completions;  // created by the first op completing on the device
 
-  // Finalizes `comm` under the watchdog, aborts it if that fails; frees the stream, event and barrier word.
+  // Finalizes `comm` under the watchdog, aborts it if that fails; frees the staging (on `stream`), the stream, event
+  // and barrier word.
   ~NcclCommState();
 
   // The first caller aborts; a later one (the timeout report on the driving thread while the watchdog thread is

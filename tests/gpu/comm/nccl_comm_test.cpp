@@ -3,19 +3,23 @@
 // Checks: collectives of every NCCL dtype against closed forms (#wrong = 0), in-place forms, self and ring
 // batch_p2p, the count exchange and all_to_all_v with blocks of 0 rows (also posted on a CUDA stream, completing on
 // the device), split, ordering after work on a user stream, the deterministic kernel bit-for-bit against the host
-// ordered reduction, and argument errors.
+// ordered reduction, the deterministic mode's staging scratch (grown in the warm-up only; stream-ordered on a real
+// stream and returned to CUDA's pool), and argument errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <vector>
 
 #include "engine/comm/host_reduce.hpp"
 #include "engine/cuda/caching_allocator.hpp"
 #include "engine/cuda/device.hpp"
 #include "engine/comm/nccl/nccl_communicator.hpp"
 #include "engine/comm/nccl/ordered_reduce.hpp"
+#include "engine/comm/nccl/stream_scratch.hpp"
 #include "tests/gpu/comm/gpu_comm_env.hpp"
 #include "tests/mpi/mpi_test_env.hpp"
 #include "tests/mpi/tensor_values.hpp"
@@ -379,6 +383,115 @@ TEST_F(Nccl, OrderedReduceKernelMatchesHostBitForBit) {
           << dtype_name(dtype) << " " << comm::reduce_op_name(op);
     }
   }
+}
+
+// The deterministic mode's staging (stream_scratch.hpp): a "step" of reductions (an f32 all_reduce per bucket and a
+// bf16 reduce_scatter) repeated; only the first step may grow the communicator's scratch, the results stay exact,
+// and a larger bucket grows it once more. A world of 1 rank reduces in place and stages nothing (checked too:
+// gpu_comm_test_np2 runs the exchange on two GPUs).
+TEST_F(Nccl, DeterministicStagingGrowsOnlyInTheWarmUp) {
+  const std::int64_t buckets[] = {100003, 13, 1021, 300007};
+  auto step = [&](int seed) {
+    std::int64_t wrong = 0;
+    for (std::int64_t count : buckets) {
+      Tensor h = host(count, DType::kF32);
+      for (std::int64_t i = 0; i < count; ++i) set_value(h, i, small_value(r(), i, seed));
+      Tensor d = device(count, DType::kF32);
+      to_device(d, h);
+      det_->all_reduce(d, ReduceOp::kSum)->wait();
+      to_host(h, d);
+      for (std::int64_t i = 0; i < count; ++i) {
+        double expected = 0;
+        for (int q = 0; q < n(); ++q) expected += small_value(q, i, seed);
+        wrong += get_value(h, i) != expected;
+      }
+    }
+    const std::int64_t count = 4099;
+    Tensor hin = host(count * n(), DType::kBF16);
+    for (std::int64_t i = 0; i < count * n(); ++i) set_value(hin, i, small_value(r(), i, seed + 1));
+    Tensor din = device(count * n(), DType::kBF16);
+    to_device(din, hin);
+    Tensor dout = device(count, DType::kBF16);
+    det_->reduce_scatter(din, dout)->wait();
+    Tensor hout = host(count, DType::kBF16);
+    to_host(hout, dout);
+    for (std::int64_t i = 0; i < count; ++i) {
+      double expected = 0;
+      for (int q = 0; q < n(); ++q) expected += small_value(q, r() * count + i, seed + 1);
+      wrong += get_value(hout, i) != expected;
+    }
+    return wrong;
+  };
+  EXPECT_EQ(step(5), 0) << "the warm-up step";
+  const comm::NcclStagingStats warm = det_->staging_stats();
+  for (int seed = 6; seed < 9; ++seed) EXPECT_EQ(step(seed), 0) << "step with seed " << seed;
+  const comm::NcclStagingStats steady = det_->staging_stats();
+  if (n() == 1) {
+    EXPECT_EQ(steady.growths, 0) << "a world of 1 rank staged a reduction";
+    EXPECT_EQ(steady.capacity_bytes, 0u);
+    return;
+  }
+  EXPECT_GT(warm.growths, 0);
+  EXPECT_GE(warm.capacity_bytes, static_cast<std::size_t>(300007 / n() * n() * 4));
+  EXPECT_EQ(steady.growths, warm.growths) << "a step after the warm-up allocated staging";
+  EXPECT_EQ(steady.capacity_bytes, warm.capacity_bytes);
+  const std::int64_t large = 4000037;  // 16 MB of f32: past the warm-up's capacity
+  Tensor h = host(large, DType::kF32);
+  for (std::int64_t i = 0; i < large; ++i) set_value(h, i, small_value(r(), i, 9));
+  Tensor d = device(large, DType::kF32);
+  to_device(d, h);
+  det_->all_reduce(d, ReduceOp::kSum)->wait();
+  to_host(h, d);
+  std::int64_t wrong = 0;
+  for (std::int64_t i = 0; i < large; ++i) {
+    double expected = 0;
+    for (int q = 0; q < n(); ++q) expected += small_value(q, i, 9);
+    wrong += get_value(h, i) != expected;
+  }
+  EXPECT_EQ(wrong, 0) << "the reduction that grew the staging";
+  EXPECT_EQ(det_->staging_stats().growths, warm.growths + 1);
+  EXPECT_GE(det_->staging_stats().capacity_bytes, static_cast<std::size_t>(large / n() * n() * 4));
+}
+
+// StreamScratch with CUDA's own calls (cudaMallocAsync / cudaFreeAsync from the device's default pool) on a
+// non-blocking stream: a request it holds returns the same memory with its contents, a growth takes whole granules
+// and gives the old block back to the pool, release() gives everything back (the pool's used bytes, read after the
+// stream is done, return to where they were). One rank is enough.
+TEST_F(Nccl, StreamScratchOnTheDeviceGrowsAndReturnsToThePool) {
+  using Scratch = comm::detail::StreamScratch;
+  cudaStream_t stream = nullptr;
+  CLEAVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaMemPool_t pool = nullptr;
+  CLEAVE_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, nccl_->device()));
+  auto used = [&] {
+    CLEAVE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::uint64_t bytes = 0;
+    CLEAVE_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &bytes));
+    return bytes;
+  };
+  const std::uint64_t before = used();
+  {
+    Scratch scratch;
+    char* a = scratch.reserve(1000, stream);
+    CLEAVE_CUDA_CHECK(cudaMemsetAsync(a, 0x5a, 1000, stream));
+    char* b = scratch.reserve(Scratch::kGranule, stream);
+    EXPECT_EQ(b, a);
+    std::vector<unsigned char> back(1000, 0);
+    CLEAVE_CUDA_CHECK(cudaMemcpyAsync(back.data(), b, back.size(), cudaMemcpyDeviceToHost, stream));
+    EXPECT_EQ(used() - before, Scratch::kGranule);
+    std::int64_t wrong = 0;
+    for (unsigned char v : back) wrong += v != 0x5a;
+    EXPECT_EQ(wrong, 0);
+    char* c = scratch.reserve(2 * Scratch::kGranule + 1, stream);
+    CLEAVE_CUDA_CHECK(cudaMemsetAsync(c, 0, 3 * Scratch::kGranule, stream));  // every byte it claims to hold
+    EXPECT_EQ(used() - before, 3 * Scratch::kGranule) << "the first block did not go back to the pool";
+    EXPECT_EQ(scratch.stats().growths, 2);
+    scratch.release();
+    EXPECT_EQ(used(), before);
+    scratch.reserve(64, stream);
+  }  // the destructor gives the last block back
+  EXPECT_EQ(used(), before);
+  CLEAVE_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 // Host control tensors go over the MPI mirror (finding B3): same ranks, closed-form sums.

@@ -8,6 +8,12 @@
 # - cudaEventQuery and cudaStreamQuery leave a not-ready answer as the calling thread's last error, which the next
 #   launcher's cudaGetLastError() then reports as its own failure ("device not ready"). The one query is
 #   cleave::cuda::query_event (engine/cuda/stream.cpp), which clears it; every other caller goes through it.
+# - device and pinned memory is allocated and freed, and the device synchronised, only where it happens once or on a
+#   cache miss (no allocation or host-device sync inside a steady-state step): the run's caching allocators
+#   (engine/cuda/caching_allocator.cpp), the GEMM workspace of CudaResources (kernels/ops/cuda/cuda_backend.cpp), the
+#   device status words (kernels/ops/cuda/cuda_common.cpp), the NCCL barrier word (engine/comm/nccl/
+#   nccl_communicator.cpp, freed in nccl_work.cpp) and the NCCL staging scratch that grows only for a larger request
+#   (engine/comm/nccl/stream_scratch.hpp). A new site belongs in one of them, or in this list with its reason.
 # Comments (from `//`) are not scanned.
 # Usage: cuda_call_lint.sh REPO_ROOT  (exit 1 naming each offending line)
 set -u
@@ -37,7 +43,24 @@ if [[ -n "$queries" ]]; then
        "its own failure; call cleave::cuda::query_event (engine/cuda/stream.hpp) instead" >&2
   status=1
 fi
+memory_calls='Malloc|MallocAsync|MallocManaged|MallocHost|MallocPitch|Malloc3D|MallocArray|HostAlloc|Free|FreeAsync'
+memory_calls+='|FreeHost|FreeArray|DeviceSynchronize|DeviceReset'
+allowed='^(engine/cuda/caching_allocator\.cpp|kernels/ops/cuda/cuda_backend\.cpp|kernels/ops/cuda/cuda_common\.cpp'
+allowed+='|engine/comm/nccl/nccl_communicator\.cpp|engine/comm/nccl/nccl_work\.cpp|engine/comm/nccl/stream_scratch\.hpp):'
+# The name alone (a function pointer counts as well as a call); text in string literals is left out.
+memory="$(scan "(^|[^A-Za-z0-9_\"])cuda(${memory_calls})([^A-Za-z0-9_]|$)" "${files[@]}" \
+          | awk '{ code = $0; sub(/^[^:]*:[0-9]*: /, "", code); gsub(/"[^"]*"/, "", code);
+                         if (code ~ /cuda(Malloc|Free|HostAlloc|DeviceSynchronize|DeviceReset)/) print }')"
+memory="$(printf '%s\n' "$memory" | grep -Ev "$allowed" | grep . || true)"
+if [[ -n "$memory" ]]; then
+  echo "$memory"
+  echo "FAIL: a CUDA allocation, free or device-wide sync outside the places that run once or on a cache miss;" \
+       "take memory from the run's allocator (ctx.allocator) or a scratch grown outside the steady state, or add the" \
+       "file to this lint's list with the reason" >&2
+  status=1
+fi
 if [[ "$status" -eq 0 ]]; then
-  echo "ok   ${#files[@]} engine sources: no legacy-stream memory call, every event query through query_event"
+  echo "ok   ${#files[@]} engine sources: no legacy-stream memory call, every event query through query_event," \
+       "allocations only at their listed sites"
 fi
 exit "$status"

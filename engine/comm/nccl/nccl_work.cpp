@@ -5,7 +5,6 @@
 #include "engine/comm/nccl/nccl_work.hpp"
 
 #include <algorithm>
-#include <exception>
 #include <optional>
 
 #include "engine/comm/nccl/cuda_check.hpp"
@@ -44,12 +43,7 @@ NcclCommState::~NcclCommState() {
     }
   }
   // After the communicator that receives into it is finalized or aborted; ordered on `stream`, which goes next.
-  try {
-    staging.release();
-  } catch (const std::exception& e) {
-    (void)cudaGetLastError();
-    log::warn("nccl comm '{}': {}", name, e.what());
-  }
+  staging.release_unchecked();
   if (barrier_word != nullptr) cudaFree(barrier_word);
   if (ready != nullptr) cudaEventDestroy(ready);
   if (stream != nullptr) cudaStreamDestroy(stream);

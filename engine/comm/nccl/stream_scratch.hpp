@@ -10,9 +10,10 @@
 //    the same (asserted).
 //  - capacity is the request rounded up to kGranule (the stream-ordered pool's own granularity), so requests that
 //    differ by less than a granule do not regrow; a request of 0 bytes takes nothing.
-//  - the memory is released exactly once: by release() (checked) or by the destructor (unchecked; a failure is
-//    logged and cleared from CUDA's last error so the next launch's check does not report it). The owner releases
-//    it before destroying the stream and after the NCCL communicator that writes it is finalized or aborted.
+//  - the memory is released exactly once: by release() (checked), or by release_unchecked() or the destructor (a
+//    failure is logged and cleared from CUDA's last error so the next launch's check does not report it). The owner
+//    releases it before destroying the stream and after the NCCL communicator that writes it is finalized or
+//    aborted.
 //  - a failed growth leaves the scratch empty (the old block was already released), never half-grown.
 //
 // The two CUDA calls are arguments (StreamMemoryCalls, CUDA's by default), so the policy is tested without a GPU
@@ -45,15 +46,7 @@ class StreamScratch {
   static constexpr std::size_t kGranule = std::size_t{2} << 20;  // 2 MiB
 
   explicit StreamScratch(StreamMemoryCalls calls = {}) : calls_(calls) {}
-  ~StreamScratch() {
-    if (data_ == nullptr) return;
-    const cudaError_t status = calls_.release(data_, stream_);
-    if (status != cudaSuccess) {
-      (void)cudaGetLastError();
-      log::warn("cudaFreeAsync of the NCCL communicator's {}-byte staging scratch failed: {} ({})",
-                stats_.capacity_bytes, cudaGetErrorName(status), cudaGetErrorString(status));
-    }
-  }
+  ~StreamScratch() { release_unchecked(); }
   StreamScratch(const StreamScratch&) = delete;
   StreamScratch& operator=(const StreamScratch&) = delete;
 
@@ -81,6 +74,24 @@ class StreamScratch {
     data_ = nullptr;
     stats_.capacity_bytes = 0;
     if (ptr != nullptr) CLEAVE_CUDA_CHECK(calls_.release(ptr, stream_));
+  }
+
+  // release() for destructors: never throws; a failure is logged (unless CUDA is already shutting down, at process
+  // exit) and cleared from CUDA's last error. Returns the release's status.
+  cudaError_t release_unchecked() noexcept {
+    if (data_ == nullptr) return cudaSuccess;
+    const std::size_t bytes = stats_.capacity_bytes;
+    const cudaError_t status = calls_.release(data_, stream_);
+    data_ = nullptr;
+    stats_.capacity_bytes = 0;
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (status != cudaErrorCudartUnloading && status != cudaErrorContextIsDestroyed) {
+        log::warn("cudaFreeAsync of the NCCL communicator's {}-byte staging scratch failed: {} ({})", bytes,
+                  cudaGetErrorName(status), cudaGetErrorString(status));
+      }
+    }
+    return status;
   }
 
   StreamScratchStats stats() const { return stats_; }

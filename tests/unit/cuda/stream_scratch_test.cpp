@@ -180,6 +180,18 @@ TEST_F(StreamScratchTest, AFailedReleaseAtTheEndDoesNotThrow) {
   EXPECT_EQ(rec_.releases(), 1);
 }
 
+TEST_F(StreamScratchTest, AnUncheckedReleaseReportsItsStatusOnceAndTheDestructorDoesNothingMore) {
+  rec_.release_status = cudaErrorCudartUnloading;  // CUDA shutting down at process exit: not logged
+  {
+    StreamScratch scratch(calls());
+    scratch.reserve(16, stream_);
+    EXPECT_EQ(scratch.release_unchecked(), cudaErrorCudartUnloading);
+    EXPECT_EQ(scratch.release_unchecked(), cudaSuccess);  // nothing held any more
+    EXPECT_EQ(scratch.stats().capacity_bytes, 0u);
+  }
+  EXPECT_EQ(rec_.releases(), 1);
+}
+
 TEST_F(StreamScratchTest, ACheckedReleaseThatFailsThrowsOnceAndIsNotRetried) {
   rec_.release_status = cudaErrorInvalidValue;
   {

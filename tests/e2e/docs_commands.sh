@@ -18,7 +18,8 @@
 #    cut from the fortunes file and a finetune.json with no model section (`{}`), as the page says it may be.
 # Lines naming what this machine has not (CONFIG.json, a hostfile, srun, salloc) are skipped and listed.
 # First, every option a page shows on a `cleave COMMAND` line or code span must be one `cleave COMMAND --help` lists
-# (`simulate --config`, `profile --gemm` and the train options after `cleave run ... --` have their own help).
+# (`simulate --config`, `profile --gemm` and the train options after `cleave run ... --` have their own help), and
+# every config key a page names must be a row of docs/config.md.
 # Usage: docs_commands.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 source "$(dirname "${BASH_SOURCE[0]}")/commands_setup.sh"
 mpirun() { "${mpiexec[@]}" "$@"; }
@@ -80,6 +81,24 @@ while IFS='|' read -r help flag page_name; do
     fail "$page_name shows 'cleave $help ... $flag', which 'cleave $help --help' does not list"
 done < "$work/flags.txt"
 echo "ok   $(wc -l < "$work/flags.txt") options the pages show are in their commands' --help"
+
+# The config keys the pages name (a code span `section.key`, or `--set section.key=`) are keys of docs/config.md's
+# tables (which unit_docs checks against the config code). Names that only look like keys: files (.cpp, .hpp,
+# .py, .safetensors), Hugging Face tensor names (model.embed_tokens, model.norm), a C++ member (model.llama) and
+# checkpoints.md's example of a misspelt key (optimizer.lrr).
+sections='(model|parallel|batch|optimizer|train|checkpoint|data|device)'
+grep -oE '^\| `[a-z0-9_.]+`' "$src/docs/config.md" | sed 's/^| `//; s/`$//' | sort -u > "$work/keys.txt"
+[ "$(wc -l < "$work/keys.txt")" -ge 90 ] || fail "only $(wc -l < "$work/keys.txt") keys in docs/config.md's tables"
+{ grep -ohE "\`$sections\.[a-z0-9_]+(\.[a-z0-9_]+)?\`" "$src"/README.md "$src"/docs/*.md "$src"/examples/*/README.md \
+    "$src"/profiles/README.md | tr -d '`'
+  grep -ohE -- "--set $sections\.[a-z0-9_.]+=" "$src"/README.md "$src"/docs/*.md "$src"/examples/*/README.md \
+    "$src"/profiles/README.md | sed 's/^--set //; s/=$//'
+} | grep -vE '\.(cpp|hpp|py|safetensors)$' | grep -vxE 'model\.(embed_tokens|norm|llama)|optimizer\.lrr' | sort -u \
+  > "$work/named_keys.txt"
+[ "$(wc -l < "$work/named_keys.txt")" -ge 60 ] || fail "only $(wc -l < "$work/named_keys.txt") config keys named on the pages"
+unknown=$(comm -23 "$work/named_keys.txt" "$work/keys.txt" | tr '\n' ' ')
+[ -z "$unknown" ] || fail "the pages name config keys docs/config.md has no row for: $unknown"
+echo "ok   $(wc -l < "$work/named_keys.txt") config keys the pages name are rows of docs/config.md"
 
 # docs/models.md's recipe: a model directory, a corpus and a finetune.json where the block runs.
 finetune_fixture() {

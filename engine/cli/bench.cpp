@@ -161,9 +161,13 @@ int run_bench(int argc, char** argv) {
     setup.machine.mpi_progress_thread = world.progress_thread;
     const bool root = world.comm->rank() == 0;
     const auto& p = config.parallel;
-    setup.layout = fmt::format("tp={} dp={} pp={} (world {})", p.tensor_model_parallel_size,
-                               world.comm->size() / (p.tensor_model_parallel_size * p.pipeline_model_parallel_size),
-                               p.pipeline_model_parallel_size, world.comm->size());
+    // As the trainer's grid names it (ProcessGrid::str): cp and ep when they are on, dp without them.
+    const int cp = p.context_parallel_size, ep = p.expert_model_parallel_size;
+    const std::string cp_text = cp > 1 ? fmt::format(" cp={}", cp) : std::string();
+    const std::string ep_text = ep > 1 ? fmt::format(" ep={}", ep) : std::string();
+    setup.layout = fmt::format("tp={}{} dp={}{} pp={} (world {})", p.tensor_model_parallel_size, cp_text,
+                               world.comm->size() / (p.tensor_model_parallel_size * cp * p.pipeline_model_parallel_size),
+                               ep_text, p.pipeline_model_parallel_size, world.comm->size());
     if (root) log::info("bench: {} | {}", setup.layout, setup.machine.describe());
     if (root && setup.machine.oversubscribed) {
       log::warn("bench: {} ranks on {} cores: oversubscribed; measured idle time is hidden (see the report)",

@@ -321,13 +321,18 @@ void print_plans(const planner::SearchResult& result, const Ordering& o, int sho
   // The host line's column only where a shown plan pins host memory (a plan on a GPU): CPU tables unchanged.
   const bool pinned = std::any_of(ordered.begin(), ordered.begin() + shown,
                                   [](const planner::PlanEstimate* e) { return e->host_pinned_bytes > 0; });
-  std::printf("%3s  %-13s %2s %-17s %5s %4s %2s %-9s %10s %12s %7s%s  %s\n", "#", "layout", "v", "schedule", "micro",
+  // The layout column fits the longest shown layout (cp and ep add words: "tp1 cp4 pp1 dp1 ep2").
+  int layout_width = 13;
+  for (int i = 0; i < shown; ++i) {
+    layout_width = std::max(layout_width, static_cast<int>(ordered[static_cast<std::size_t>(i)]->choice.layout().size()));
+  }
+  std::printf("%3s  %-*s %2s %-17s %5s %4s %2s %-9s %10s %12s %7s%s  %s\n", "#", layout_width, "layout", "v", "schedule", "micro",
               "zero", "sp", "recompute", "step ms", (result.unit + "/s").c_str(), "bubble",
               pinned ? fmt::format(" {:>12}", "host pinned").c_str() : "", "peak memory / rank");
   for (int i = 0; i < shown; ++i) {
     const auto& e = *ordered[static_cast<std::size_t>(i)];
-    std::printf("%3d  %-13s %2d %-17s %5lld %4s %2s %-9s %10s %12.0f %7.3f%s  %s (pp rank %d)%s%s\n", i + 1,
-                e.choice.layout().c_str(), e.choice.virtual_stages, e.choice.schedule.c_str(),
+    std::printf("%3d  %-*s %2d %-17s %5lld %4s %2s %-9s %10s %12.0f %7.3f%s  %s (pp rank %d)%s%s\n", i + 1,
+                layout_width, e.choice.layout().c_str(), e.choice.virtual_stages, e.choice.schedule.c_str(),
                 static_cast<long long>(e.choice.micro_batch), e.choice.zero_label().c_str(), e.choice.sequence_parallel ? "y" : "-", std::string(enum_name(e.choice.recompute)).c_str(),
                 ms(e.step_s).c_str(), e.items_per_s, e.bubble,
                 pinned ? fmt::format(" {:>12}", e.host_pinned_bytes > 0 ? format_bytes(e.host_pinned_bytes) : "-").c_str() : "",
@@ -420,15 +425,17 @@ TrialOutcome trial_plans(const Args& args, const std::string& config_path, const
               format_seconds(to.budget_s).c_str());
   std::fflush(stdout);
   trial = run_trials(config_path, overrides, top_plans, to);
-  std::printf("%9s %3s  %-13s %2s %-17s %5s %4s %2s %-9s %10s %10s %8s %6s %9s\n", "measured", "#", "layout", "v",
+  int layout_width = 13;  // as print_plans: the longest layout
+  for (const auto& t : trial.ranked) layout_width = std::max(layout_width, static_cast<int>(t.plan.choice.layout().size()));
+  std::printf("%9s %3s  %-*s %2s %-17s %5s %4s %2s %-9s %10s %10s %8s %6s %9s\n", "measured", "#", layout_width, "layout", "v",
               "schedule", "micro", "zero", "sp", "recompute", "pred ms", "meas ms", "spread", "rounds", "pred/meas");
   for (const auto& t : trial.ranked) {
     const auto& c = t.plan.choice;
     const bool ok = t.measured.measured;
     const std::string place = ok ? fmt::format("{:>9}", fmt::format("{}{}", t.place, t.tied ? "=" : "")) : fmt::format("{:>9}", "failed");
     const std::string spread = !ok ? "-" : std::isfinite(t.measured.spread) ? fmt::format("{:.1f}%", 100 * t.measured.spread) : "-";
-    std::printf("%s %3d  %-13s %2d %-17s %5lld %4s %2s %-9s %10s %10s %8s %6zu %9s%s\n", place.c_str(), t.predicted_place,
-                c.layout().c_str(), c.virtual_stages, c.schedule.c_str(), static_cast<long long>(c.micro_batch),
+    std::printf("%s %3d  %-*s %2d %-17s %5lld %4s %2s %-9s %10s %10s %8s %6zu %9s%s\n", place.c_str(), t.predicted_place,
+                layout_width, c.layout().c_str(), c.virtual_stages, c.schedule.c_str(), static_cast<long long>(c.micro_batch),
                 c.zero_label().c_str(), c.sequence_parallel ? "y" : "-", std::string(enum_name(c.recompute)).c_str(), ms(t.plan.step_s).c_str(),
                 ok ? ms(t.measured.median_s).c_str() : "-", spread.c_str(), t.round_medians.size(),
                 ok ? fmt::format("{:.2f}", t.plan.step_s / t.measured.median_s).c_str() : "-",

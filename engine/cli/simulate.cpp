@@ -98,7 +98,8 @@ bubble fractions and the peak live activations per rank, followed by the schedul
       .flag("--lowered", "print the lowered grid (with SEND/RECV, REDUCE_GRAD, OPTIMIZER_STEP)")
       .flag("--json", "print one JSON object instead of the summary")
       .epilog(R"(cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--set k=v] [--json]
-                [--svg FILE] [--trace FILE]
+                [--svg FILE] [--trace FILE] [--explain] [--ep-imbalance F] [...]
+  (every option of this form: cleave simulate --config CONFIG --help)
   simulates the step of the plan the config describes on N ranks with the planner's costs (cost model
   FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer; profiles/*.json or
   this machine measured now), and prints the step time, bubble, where the time goes, and per pp rank the

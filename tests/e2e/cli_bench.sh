@@ -7,7 +7,7 @@
 # schedule the model cannot be split for, an existing bench.json (never overwritten). A listed schedule the
 # config cannot run (dualpipev with 2 micro-batches on pp2) is checked before the first run and reported with
 # the reason in the table, bench.json and bench.html while the others run. Evaluation is off: a config without an
-# evaluation split (data.val_fraction 0) benchmarks.
+# evaluation split (data.val_fraction 0) benchmarks. At cp 2 the header names the layout as the trainer does (cp=2 dp=1).
 # Usage: cli_bench.sh CLEAVE MPIEXEC [FLAGS...]
 set -u
 cleave=$(realpath "$1"); shift
@@ -118,6 +118,13 @@ assert [s["label"] for s in three["schedules"]] == ["interleaved_1f1b:3", "1f1b"
 assert three["schedules"][0]["stages"] == 6
 print(f"ok   bench.json: {len(names)} schedules ({', '.join(names)}); bench.html: {html.count('<svg')} inline timelines, self-contained")
 PY
+
+# The header names the layout as the trainer does: cp 2 on 2 ranks is "tp=1 cp=2 dp=1 pp=1" (it said dp=2).
+"${mpiexec[@]}" -n 2 "$cleave" bench tiny.json --set parallel.pipeline_model_parallel_size=1 \
+  --set parallel.context_parallel_size=2 --schedules 1f1b --steps 1 --warmup 0 --out cp2 > cp2.log 2>&1 \
+  || { cat cp2.log; fail "cleave bench at cp 2"; }
+grep -q "cleave bench: tp=1 cp=2 dp=1 pp=1 (world 2)" cp2.log || { cat cp2.log; fail "the cp 2 bench's layout"; }
+echo "ok   $(grep -o 'cleave bench: tp=1 cp=2 dp=1 pp=1 (world 2)' cp2.log)"
 
 # Bad input: each refused with the reason; nothing written.
 "${mpiexec[@]}" -n 2 "$cleave" bench tiny.json --schedules 1f1b,zb_x --out bad1 > bad1.log 2>&1 && fail "unknown schedule accepted"

@@ -20,6 +20,7 @@
 # collectives, which --explain shows as rows of their own. A plan on a GPU shows its page-locked host memory per rank
 # (the memory plan's host line: staged micro-batches, the losses row, a moe model's routing staging) in the table
 # and --json; a plan on this machine's (CPU) profile does not.
+# The table's columns line up at any layout length (the moe example's cp4 and ep2 layouts on 4 ranks).
 # Usage: cli_plan.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
 cleave=$(realpath "$1"); source_dir=$(realpath "$2"); shift 2
@@ -312,6 +313,23 @@ assert all(p["host_pinned_bytes"] > 0 for p in dense_plans["plans"]), dense_plan
 print(f"ok   the host line: plan #1 {plans['plans'][0]['host_pinned_bytes']} B page-locked on pp rank "
       f"{plans['plans'][0]['host_pinned_rank']} (A100 profile), the dense plan #1 "
       f"{dense_plans['plans'][0]['host_pinned_bytes']} B; none on this machine")
+PY
+
+# The table's columns line up whatever the layout's length: the moe example on 4 ranks ranks cp4 and ep2 layouts
+# ("tp1 cp4 pp1 dp1 ep2", 19 characters), beside the 13 the layout column had (every later column moved).
+"$cleave" plan "$source_dir/examples/moe/config.json" --set data.type=synthetic --set data.path= --world 4 \
+  --profile "$a100" --top 40 > moe4_plan.log 2>&1 || { cat moe4_plan.log; fail "plan moe on 4 ranks"; }
+python3 - moe4_plan.log << 'PY' || { cat moe4_plan.log; fail "the plan table's columns"; }
+import itertools, re, sys
+lines = open(sys.argv[1]).read().split("\n")
+header = next(l for l in lines if l.startswith("  #  layout"))
+rows = [l for l in lines if re.match(r"^\s+\d+\s+tp\d", l)]
+layouts = {" ".join(itertools.takewhile(lambda w: re.match(r"^[a-z]+\d", w), l.split()[1:])) for l in rows}
+assert any(" ep2" in x for x in layouts) and any(len(x) > 13 for x in layouts), layouts
+v, schedule = header.index(" v ") + 1, header.index("schedule")  # v right-aligned, schedule left-aligned
+for l in rows:
+    assert l[v].isdigit() and l[v + 1] == " " and l[schedule - 1] == " " and l[schedule] != " ", (header, l)
+print(f"ok   the plan table's columns line up over {len(rows)} rows, layouts up to {max(map(len, layouts))} characters")
 PY
 
 # Bad input.

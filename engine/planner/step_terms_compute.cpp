@@ -201,9 +201,9 @@ BlockCompute block_compute(const TermContext& c, int b, double warm) {
                    : c.profile->has_roofline()      ? roofline_block_compute(c, b)
                                                     : flops_block_compute(c, b);
   if (choice.cp > 1) {
-    // Each cp rank computes its T / cp tokens (ring's chunk pairs balance the causal work): its GEMMs and streamed bytes
-    // are ÷ cp. Its kernels are not: every kernel runs once per pass on the rank's T / cp rows, as often as at cp 1, so
-    // the launch part of each total stays whole.
+    // Each cp rank computes its T / cp tokens (ring's chunk pairs balance the causal work): its GEMMs and streamed
+    // bytes are ÷ cp. Its kernels are not: every kernel runs once per pass on the rank's T / cp rows, as often as at
+    // cp 1, so the launch part of each total stays whole.
     const auto share = [&](double& total, double launch) { total = (total - launch) / choice.cp + launch; };
     share(x.forward_s, x.launch.forward_s);
     share(x.input_grad_s, x.launch.input_grad_s);

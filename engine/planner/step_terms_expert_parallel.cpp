@@ -70,7 +70,8 @@ BlockCompute roofline_expert_rows(const TermContext& c, int b, const BlockComput
       partition::moe_routed_expert_work(local, c.dtype, choice.tp, choice.micro_batch, c.ep_imbalance);
   const auto more = [&](const partition::PassWork& hi, const partition::PassWork& lo) {
     const double launch = profile.launch_seconds(lo);
-    return profile.roofline_seconds(hi, c.bf16) - ((profile.roofline_seconds(lo, c.bf16) - launch) / choice.cp + launch);
+    const double priced = (profile.roofline_seconds(lo, c.bf16) - launch) / choice.cp + launch;
+    return profile.roofline_seconds(hi, c.bf16) - priced;
   };
   const auto more_stream = [&](const partition::PassWork& hi, const partition::PassWork& lo) {
     return profile.elementwise_seconds(hi) - profile.elementwise_seconds(lo) / choice.cp;

@@ -48,7 +48,8 @@ std::string host_fit_violation(const HostNeed& need, const HostMemory& host) {
   std::string per_rank;
   if (*low != *high) {
     per_rank = fmt::format("the least {} of the world {}: per-rank plans from {} to {}, pp rank {} the largest ({})",
-                           count_of(ranks, "rank"), ranks == 1 ? "holds" : "hold", format_bytes(*low), format_bytes(*high), largest, need.largest);
+                           count_of(ranks, "rank"), ranks == 1 ? "holds" : "hold", format_bytes(*low),
+                           format_bytes(*high), largest, need.largest);
   } else if (ranks > 1) {
     per_rank = fmt::format("{} x about {} each ({})", count_of(ranks, "rank"), format_bytes(*high), need.largest);
   } else {
@@ -62,8 +63,9 @@ std::string host_fit_violation(const HostNeed& need, const HostMemory& host) {
       "(parallel.pipeline_model_parallel_size / tensor_model_parallel_size), use train.recompute, optimizer.zero_stage "
       "1, 2 or 3 with data parallelism, or lower batch.micro_batch_size; `cleave plan CONFIG --world N --memory-limit "
       "SIZE` with SIZE at most {} (this host's share per rank) searches layouts that fit",
-      count_of(ranks, "rank"), ranks == 1 ? "needs" : "need", format_bytes(least), need.what, per_rank, format_bytes(host.physical_bytes),
-      host.source, 100 * kHostMemoryShare, format_bytes(usable), format_bytes(usable / ranks));
+      count_of(ranks, "rank"), ranks == 1 ? "needs" : "need", format_bytes(least), need.what, per_rank,
+      format_bytes(host.physical_bytes), host.source, 100 * kHostMemoryShare, format_bytes(usable),
+      format_bytes(usable / ranks));
 }
 
 HostNeed host_need(const Plan& plan, const config::RunConfig& config, const CpuKernels& cpu) {

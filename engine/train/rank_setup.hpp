@@ -48,7 +48,8 @@ run_plan::CpuKernels cpu_kernels_of(const config::RunConfig& config);
 // same command cures it, so `cleave run` stops at once). The plan is a pure function of the config, the world size
 // and this machine's CPU kernels, so every rank refuses alike; it is returned for the RankSetup (its local_stages
 // those of pp rank 0: the setup sets its own rank's), so the plan is made once.
-run_plan::Plan plan_before_world(const config::RunConfig& config, int world_size, const run_plan::HostMemory& host = {});
+run_plan::Plan plan_before_world(const config::RunConfig& config, int world_size,
+                                 const run_plan::HostMemory& host = {});
 
 // What places a rank on a GPU (rank_gpu): the local rank make_world_communicator resolved once (world.options()
 // .local_rank, by comm::resolve_local_rank; the world rank in a world made outside the factory) and the GPUs this

@@ -1,5 +1,5 @@
-// mem_total_from_meminfo (engine/core/physical_memory.hpp): /proc/meminfo's MemTotal line in bytes, from recorded texts;
-// a missing or malformed line is no figure (nullopt), never a guess.
+// mem_total_from_meminfo (engine/core/physical_memory.hpp): /proc/meminfo's MemTotal line in bytes, from recorded
+// texts; a missing or malformed line is no figure (nullopt), never a guess.
 #include <gtest/gtest.h>
 
 #include "engine/core/physical_memory.hpp"

@@ -43,7 +43,8 @@ class CpLaunches : public testing::ScratchDirTest {
     return block_compute(c, b, 0.0);
   }
 
-  partition::HardwareProfile h100_ = partition::load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/h100_sxm.json");
+  partition::HardwareProfile h100_ =
+      partition::load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/h100_sxm.json");
 };
 
 TEST_F(CpLaunches, ACpRankLaunchesEveryKernelAndSplitsTheRest) {

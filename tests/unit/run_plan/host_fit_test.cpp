@@ -54,8 +54,8 @@ TEST(HostFit, FitsUpToTheShareAndIsRefusedPastIt) {
   const std::string m = host_fit_violation(need_of({usable / 2 + 1}, 2), host);
   ASSERT_FALSE(m.empty());
   EXPECT_NE(m.find("memory: the 2 ranks on this host need 9.00 GiB of host memory (the memory plan: 2 ranks x about "
-                   "4.50 GiB each (parameters 1.00 GiB, total 3.00 GiB)), but this host has 10.00 GiB of physical memory "
-                   "(MemTotal in /proc/meminfo) and a run may plan 90% of it, 9.00 GiB"),
+                   "4.50 GiB each (parameters 1.00 GiB, total 3.00 GiB)), but this host has 10.00 GiB of physical "
+                   "memory (MemTotal in /proc/meminfo) and a run may plan 90% of it, 9.00 GiB"),
             std::string::npos)
       << m;
   EXPECT_NE(m.find("nothing was started"), std::string::npos) << m;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "engine/config/config.hpp"
 #include "engine/run_plan/host_fit.hpp"
@@ -97,6 +98,20 @@ TEST(HostFit, TheNeedIsTheMemoryPlanOfEachPpRank) {
     EXPECT_GT(need.rank_bytes[static_cast<std::size_t>(r)], 0) << r;
   }
   EXPECT_NE(need.largest.find("total "), std::string::npos) << need.largest;
+}
+
+TEST(HostFit, OnCudaTheNeedIsThePageLockedHostMemory) {
+  // Device memory is the GPU's; what a cuda rank holds on the host is its pinned staging (MemoryPlan::host_pinned).
+  config::RunConfig c = config::load_config("", {"device.type=\"cuda\""});
+  c.resolve(1);
+  const Plan plan = make_plan(c, static_cast<int>(c.resolved_batch().gradient_accumulation_steps), 0);
+  const CpuKernels cpu = unresolved_cpu_kernels(c);
+  const HostNeed need = host_need(plan, c, cpu);
+  const MemoryPlan m = estimate_rank_memory(plan, c, 0, cpu);
+  ASSERT_GT(m.host_pinned, 0);
+  ASSERT_NE(m.host_pinned, m.total());
+  EXPECT_EQ(need.rank_bytes, std::vector<std::int64_t>{m.host_pinned});
+  EXPECT_EQ(need.what, "the memory plan's page-locked host memory");
 }
 
 }  // namespace

@@ -265,10 +265,11 @@ void print_header(const std::string& config_path, int world, const planner::Hard
               profile.source.c_str(), result.memory_limit > 0 ? format_bytes(result.memory_limit).c_str() : "none");
   if (profile.cores_per_node > 0) {  // ranks share a node's cores: say how the profile was taken and how it is scaled
     const int on_node = std::min(world, std::max(1, profile.ranks_per_node));
-    std::printf("  cores: %d per node; the profile's compute was measured with %d rank(s) on %d cores; %d rank(s) per "
-                "node planned%s: each computes on %.2f of a core, priced %.2fx the profile's compute\n",
-                profile.cores_per_node, profile.measured_ranks_per_node,
-                profile.measured_cores > 0 ? profile.measured_cores : profile.cores_per_node, on_node,
+    std::printf("  cores: %d per node; the profile's compute was measured with %s on %s; %s per node planned%s: each "
+                "computes on %.2f of a core, priced %.2fx the profile's compute\n",
+                profile.cores_per_node, count_of(profile.measured_ranks_per_node, "rank").c_str(),
+                count_of(profile.measured_cores > 0 ? profile.measured_cores : profile.cores_per_node, "core").c_str(),
+                count_of(on_node, "rank").c_str(),
                 profile.device_type == DeviceType::kCpu ? " (a cpu profile: every rank on the machine it describes)" : "",
                 profile.cores_per_rank(on_node), profile.core_sharing(on_node));
   }

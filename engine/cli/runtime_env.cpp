@@ -10,6 +10,7 @@
 #include "engine/core/cpu_features.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/core/physical_memory.hpp"
 #include "kernels/cpu/blas_coretype.hpp"
 #include "kernels/cpu/blas_runtime.hpp"
 #include "kernels/ops/ops.hpp"
@@ -87,6 +88,11 @@ comm::World CommandRuntime::world(const config::RunConfig& config) const {
       mpi_, config.parallel.comm_backend, config.device.type,
       comm::CommOptions{.timeout_s = config.train.comm_timeout_s, .deterministic = config.train.deterministic},
       config.parallel.p2p_progress);
+}
+
+run_plan::HostMemory this_host(const train::ThreadPlacement& placement) {
+  const PhysicalMemory physical = physical_memory();
+  return {physical.bytes, physical.source, placement.ranks_on_node};
 }
 
 }  // namespace cleave::cli

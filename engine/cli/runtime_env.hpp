@@ -41,6 +41,7 @@
 #include "engine/comm/make_communicator.hpp"
 #include "engine/comm/mpi/mpi_runtime.hpp"
 #include "engine/config/config.hpp"
+#include "engine/run_plan/host_fit.hpp"
 #include "engine/train/threads.hpp"
 
 namespace cleave::cli {
@@ -58,6 +59,10 @@ std::string describe_cpu_gemm();
 // What apply_runtime_env set and why ("set by cleave: OMP_WAIT_POLICY=active (1 rank x 2 threads on 2
 // cores, ...)"), or the wait policy found in the environment.
 std::string describe_runtime_env();
+
+// This host as the plan's host-fit check reads it (engine/run_plan/host_fit.hpp): its physical memory
+// (engine/core/physical_memory.hpp) and the world's ranks on it, the launcher's local size as `placement` read it.
+run_plan::HostMemory this_host(const train::ThreadPlacement& placement);
 
 class CommandRuntime {
  public:

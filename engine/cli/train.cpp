@@ -5,7 +5,8 @@
 // or after a failure with the steps that finished (train.report, default on; engine/report/html_report.hpp).
 // --profile FILE gives the peak FLOP/s per rank that MFU is measured against (engine/train/throughput.hpp).
 // Bad input (an unknown option, config key or value, a typo in --allow-config-change, a layout the world size does
-// not divide or cannot plan, a memory plan over device.memory_limit, a train.out_dir that is a file or, without
+// not divide or cannot plan, a memory plan over device.memory_limit or, for the ranks on this host together, over
+// 90% of its physical memory (engine/run_plan/host_fit.hpp), a train.out_dir that is a file or, without
 // --resume, holds a run, a --resume PATH holding no checkpoint, a --profile that cannot be read or describes another
 // device) is an InputError raised before the world and the trainer are built: `cleave` exits ExitCode::kBadInput
 // and `cleave run` does not restart.
@@ -132,7 +133,7 @@ int run_train(int argc, char** argv) {
   const std::string profile_path = args.text("--profile");
   CommandRuntime runtime(&argc, &argv);
   return runtime.run([&] {
-    runtime.place_threads();
+    const train::ThreadPlacement& placement = runtime.place_threads();
     std::optional<train::WeightSource> init;
     if (!init_from.empty()) init = train::open_weight_source(init_from);
     config::RunConfig config = init ? train::config_for_init(config_path, overrides, *init)
@@ -140,9 +141,10 @@ int run_train(int argc, char** argv) {
     // A layout or batch the world size does not divide (RunConfig::resolve, on a copy): bad input every rank finds
     // alike from the same config and world size, so all exit 64 together, before any file is read or the world built.
     config::RunConfig(config).resolve(runtime.world_size());
-    // The plan every rank will make (its memory against device.memory_limit among it): bad input alike on every
-    // rank, refused before the files are read and the world built (it exited 1 once the world was up).
-    train::check_plan_before_world(config, runtime.world_size());
+    // The plan every rank will make (its memory against device.memory_limit, and this host's ranks against its
+    // physical memory, among it): bad input alike on every rank, refused before the files are read and the world built
+    // (it exited 1 once the world was up, or the OOM killer ended it). Made once: the trainer takes it.
+    run_plan::Plan plan = train::plan_before_world(config, runtime.world_size(), this_host(placement));
     if (init) check_shards_match_source_tokenizer(config, *init);
     train::check_data_files(config);  // a missing or malformed data file: bad input, before the world and the model
     // An out_dir that is a file, or (a fresh run) holds another run: bad input, before the world and the model (the
@@ -171,7 +173,7 @@ int run_train(int argc, char** argv) {
                 config.parallel.p2p_progress);
     }
     config.parallel.comm_backend = world.choice.backend;  // the resolved config.json records what ran
-    train::Trainer trainer(config, *world.comm);
+    train::Trainer trainer(config, std::move(plan), *world.comm);
     if (init) options.init = &*init;  // loaded by train() once the output paths are checked
     train::install_stop_request_handler();  // SIGUSR1: save a checkpoint at the next step and stop
     options.save_on_signal = true;           // so checkpoint.dir is checked at start even without interval or final save

@@ -1,7 +1,8 @@
 // `cleave verify CONFIG [--set ...]`: trains the configured layout and a single-rank reference from the
 // same seed and reports per-step loss differences and per-parameter differences of the final weights;
 // exits non-zero past the tolerance. Run it under mpirun with the layout's world size; a world of one rank (the
-// reference against itself) is refused as bad input before any training.
+// reference against itself) is refused as bad input before any training, and so is a layout `cleave train` would
+// refuse before its world (train::plan_before_world: the plan, device.memory_limit, this host's physical memory).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/train/rank_setup.hpp"
 #include "engine/train/verify.hpp"
 
 namespace cleave::cli {
@@ -71,7 +73,7 @@ int run_verify(int argc, char** argv) {
   overrides.push_back("train.steps=" + std::to_string(steps));
   CommandRuntime runtime(&argc, &argv);
   return runtime.run([&] {
-    runtime.place_threads();
+    const train::ThreadPlacement& placement = runtime.place_threads();
     config::RunConfig config = config::load_config(config_path, overrides);
     // One rank runs the layout tp1 pp1 dp1, which is the reference itself: a PASS would prove nothing.
     CLEAVE_CHECK_INPUT(runtime.world_size() > 1,
@@ -79,6 +81,9 @@ int run_verify(int argc, char** argv) {
                        "nothing; run it under mpirun with the layout's ranks, e.g. mpirun -np 2 cleave verify {} --set "
                        "parallel.tensor_model_parallel_size=2",
                        config_path.empty() ? std::string("CONFIG.json") : config_path);
+    // The layout's plan, as `cleave train` makes it before the world: a layout the world cannot plan, over
+    // device.memory_limit or over this host's physical memory is bad input (exit 64) before anything is built.
+    run_plan::Plan plan = train::plan_before_world(config, runtime.world_size(), this_host(placement));
     comm::World world = runtime.world(config);
     config.parallel.comm_backend = world.choice.backend;
     if (!args.given("--loss-tolerance")) {
@@ -86,7 +91,7 @@ int run_verify(int argc, char** argv) {
       resolved.resolve(world.comm->size());
       options.loss_tolerance = train::default_loss_tolerance(resolved);
     }
-    const train::VerifyReport report = train::verify_layout(config, *world.comm, options);
+    const train::VerifyReport report = train::verify_layout(config, *world.comm, options, std::move(plan));
     if (world.comm->rank() != 0) return 0;
     const int size = world.comm->size();
     const auto& p = config.parallel;

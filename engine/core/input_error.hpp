@@ -17,7 +17,7 @@
 // checkpoint_load.cpp), a tensor an --init-from source lacks or holds non-finite (weight_source.cpp: load_weights,
 // whose collective keeps the type: checkpoint_pieces.hpp), and the plan the config makes at the world size with its
 // memory plan against device.memory_limit (run_plan::make_plan; `cleave train` makes it before the world,
-// train::check_plan_before_world); a check made later, once a checkpoint to resume is known, stays a plain Error
+// train::plan_before_world); a check made later, once a checkpoint to resume is known, stays a plain Error
 // (exit 1) or the checkpoint's own type.
 #pragma once
 

@@ -137,8 +137,9 @@ struct PassSplit {
 };
 struct BlockCompute {
   double forward_s = 0, input_grad_s = 0, weight_grad_s = 0, recompute_s = 0;
-  ProbabilitiesCompute probabilities;  // already in the four above (÷ cp like them)
-  PassSplit elementwise, launch;       // already in the four above (÷ cp like them)
+  ProbabilitiesCompute probabilities;  // already in the four above (÷ cp like them, but its launches)
+  PassSplit elementwise, launch;       // already in the four above (elementwise ÷ cp; launch whole: a cp rank launches
+                                       // every kernel on its T / cp rows)
   double backward_input_s() const { return input_grad_s + recompute_s; }  // all of I
 };
 BlockCompute block_compute(const TermContext& c, int block, double warm);

@@ -4,7 +4,8 @@
 // over the profile's rate, with the stored-probabilities attention's extra cost where a run asks for it, and under
 // a run's torchtitan per-op selective policy its own rerun (partition::selective_op_rerun) in the recompute terms.
 // Invariant: the elementwise and launch parts are inside the pass totals (stage_costs moves them to their own
-// terms), and everything is ÷ cp and before core sharing.
+// terms), and everything but the launches is ÷ cp (a cp rank launches every kernel on its T / cp rows), before core
+// sharing.
 #include "engine/planner/step_terms.hpp"
 
 #include <algorithm>
@@ -199,16 +200,22 @@ BlockCompute block_compute(const TermContext& c, int b, double warm) {
   BlockCompute x = c.profile->measured.has_blocks() ? measured_block_compute(c, b, warm)
                    : c.profile->has_roofline()      ? roofline_block_compute(c, b)
                                                     : flops_block_compute(c, b);
-  if (choice.cp > 1) {  // each cp rank computes its T / cp tokens (ring's chunk pairs balance the causal work)
-    x.forward_s /= choice.cp;
-    x.input_grad_s /= choice.cp;
-    x.recompute_s /= choice.cp;
-    x.weight_grad_s /= choice.cp;
-    x.probabilities.forward_s /= choice.cp;
-    x.probabilities.input_grad_s /= choice.cp;
-    x.probabilities.recompute_s /= choice.cp;
+  if (choice.cp > 1) {
+    // Each cp rank computes its T / cp tokens (ring's chunk pairs balance the causal work): its GEMMs and streamed
+    // bytes are ÷ cp. Its kernels are not: every kernel runs once per pass on the rank's T / cp rows, as often as at
+    // cp 1, so the launch part of each total stays whole.
+    const auto share = [&](double& total, double launch) { total = (total - launch) / choice.cp + launch; };
+    share(x.forward_s, x.launch.forward_s);
+    share(x.input_grad_s, x.launch.input_grad_s);
+    share(x.recompute_s, x.launch.recompute_s);
+    share(x.weight_grad_s, x.launch.weight_grad_s);
+    ProbabilitiesCompute& p = x.probabilities;
+    share(p.forward_s, p.launch_forward_s);
+    share(p.input_grad_s, p.launch_input_grad_s);
+    share(p.recompute_s, p.recompute_s != 0.0 ? p.launch_forward_s : 0.0);  // the rerun is F's kernels again
+    p.stream_forward_s /= choice.cp;
+    p.stream_input_grad_s /= choice.cp;
     x.elementwise /= choice.cp;
-    x.launch /= choice.cp;
   }
   return x;
 }

@@ -56,8 +56,9 @@ double expert_gemm_fraction(const TermContext& c, int b, double pass_flops) {
 namespace {
 
 // On a roofline profile: the busiest rank's routed-expert kernels at their own rows, f × b · T/cp · k / E per GEMM (a cp
-// rank routes its T/cp tokens), less what block_compute priced (the block at its full T, ÷ cp), pass by pass: GEMMs
-// launch by launch, the SwiGLU's traffic in elementwise; the launches are the same E per projection.
+// rank routes its T/cp tokens), less what block_compute priced (the block at its full T, ÷ cp but its launches, which
+// a cp rank makes as often as at cp 1), pass by pass: GEMMs launch by launch, the SwiGLU's traffic in elementwise; the
+// launches are the same E per projection.
 BlockCompute roofline_expert_rows(const TermContext& c, int b, const BlockCompute& compute) {
   const PlanChoice& choice = *c.choice;
   const HardwareProfile& profile = *c.profile;
@@ -68,13 +69,15 @@ BlockCompute roofline_expert_rows(const TermContext& c, int b, const BlockComput
   const partition::BlockWork busiest =
       partition::moe_routed_expert_work(local, c.dtype, choice.tp, choice.micro_batch, c.ep_imbalance);
   const auto more = [&](const partition::PassWork& hi, const partition::PassWork& lo) {
-    return profile.roofline_seconds(hi, c.bf16) - profile.roofline_seconds(lo, c.bf16) / choice.cp;
+    const double launch = profile.launch_seconds(lo);
+    const double priced = (profile.roofline_seconds(lo, c.bf16) - launch) / choice.cp + launch;
+    return profile.roofline_seconds(hi, c.bf16) - priced;
   };
   const auto more_stream = [&](const partition::PassWork& hi, const partition::PassWork& lo) {
     return profile.elementwise_seconds(hi) - profile.elementwise_seconds(lo) / choice.cp;
   };
   const auto more_launch = [&](const partition::PassWork& hi, const partition::PassWork& lo) {
-    return profile.launch_seconds(hi) - profile.launch_seconds(lo) / choice.cp;
+    return profile.launch_seconds(hi) - profile.launch_seconds(lo);
   };
   const double rerun = choice.recompute == Recompute::kFull ? 1.0 : 0.0;
   BlockCompute x = compute;

@@ -251,10 +251,16 @@ Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_ran
   }
   // Bad input (exit 64): the config's layout does not fit its own cap, and no restart of it can change that.
   CLEAVE_CHECK_INPUT(violation.empty(), "{}", violation);
-  for (int stage = 0; stage < num_stages; ++stage) {
-    if (plan.schedule.rank_of(stage) == pp_rank) plan.local_stages.push_back(stage);
-  }
+  plan.local_stages = plan.stages_on(pp_rank);
   return plan;
+}
+
+std::vector<int> Plan::stages_on(int pp_rank) const {
+  std::vector<int> stages;
+  for (int stage = 0; stage < schedule.num_stages; ++stage) {
+    if (schedule.rank_of(stage) == pp_rank) stages.push_back(stage);
+  }
+  return stages;
 }
 
 Shape Plan::boundary_shape(int stage, std::int64_t micro_batch) const {

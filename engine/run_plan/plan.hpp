@@ -25,6 +25,8 @@ struct Plan {
 
   int num_stages() const { return partition.num_stages(); }
   int stage_to_rank(int stage) const { return schedule.rank_of(stage); }
+  // The stages pp rank `pp_rank` holds, ascending (what local_stages is for that rank).
+  std::vector<int> stages_on(int pp_rank) const;
   // Shape of the activation entering `stage` (> 0) for one micro-batch, e.g. [micro, T, D].
   Shape boundary_shape(int stage, std::int64_t micro_batch) const;
   // The stage holding the first block of `kind` (-1 if the model has none).

@@ -39,7 +39,8 @@ int rank_gpu(const GpuPlacement& p) {
   return comm::gpu_of_local_rank(p.local_rank, p.visible_gpus);
 }
 
-RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Backend* backend)
+RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Backend* backend,
+                     std::optional<run_plan::Plan> planned)
     : config(std::move(c)), world(w), grid(make_grid(config, w.size())), coords(grid.coords_of(w.rank())) {
   // The run's own stream, memory and op context: nothing is shared with another run in this process.
   const Device device = run_device(config, w);
@@ -82,8 +83,23 @@ RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Back
                       : layers::CpExchange::kAllToAll};
   }
   if (grid.ep_size() > 1) context.ep_comm = groups.ep.get();
-  plan = run_plan::make_plan(config, static_cast<int>(batch.gradient_accumulation_steps), coords.pp_rank,
-                             cpu_kernels_of(config));
+  // The plan reads the config, the world size and this machine's CPU kernels, nothing the world made: one made before
+  // the world (plan_before_world) is the same plan, taken as it is. Only which stages this rank holds needs the
+  // world, the grid coordinate of its rank.
+  if (planned) {
+    CLEAVE_ASSERT(planned->schedule.pp_size == grid.pp_size() && planned->tp_size == grid.tp_size() &&
+                      planned->cp_size == grid.cp_size() &&
+                      planned->schedule.num_microbatches == static_cast<int>(batch.gradient_accumulation_steps),
+                  "RankSetup: the plan handed in was made for pp {} tp {} cp {} and {} micro-batches, the run is pp {} "
+                  "tp {} cp {} with {}",
+                  planned->schedule.pp_size, planned->tp_size, planned->cp_size, planned->schedule.num_microbatches,
+                  grid.pp_size(), grid.tp_size(), grid.cp_size(), batch.gradient_accumulation_steps);
+    plan = *std::move(planned);
+    plan.local_stages = plan.stages_on(coords.pp_rank);
+  } else {
+    plan = run_plan::make_plan(config, static_cast<int>(batch.gradient_accumulation_steps), coords.pp_rank,
+                               cpu_kernels_of(config));
+  }
 }
 
 RankSetup::~RankSetup() {
@@ -107,13 +123,19 @@ run_plan::CpuKernels cpu_kernels_of(const config::RunConfig& config) {
   return cpu;
 }
 
-void check_plan_before_world(const config::RunConfig& config, int world_size) {
+run_plan::Plan plan_before_world(const config::RunConfig& config, int world_size, const run_plan::HostMemory& host) {
   config::RunConfig resolved = config;
   resolved.resolve(world_size);
   const auto accumulation = static_cast<int>(resolved.resolved_batch().gradient_accumulation_steps);
+  const run_plan::CpuKernels cpu = cpu_kernels_of(resolved);
   // Every plan error is the config's (make_plan reads nothing else); an internal error is no Error and passes.
-  static_cast<void>(
-      reading_input([&] { return run_plan::make_plan(resolved, accumulation, 0, cpu_kernels_of(resolved)); }));
+  run_plan::Plan plan = reading_input([&] { return run_plan::make_plan(resolved, accumulation, 0, cpu); });
+  // The ranks on this host against its physical memory, with or without device.memory_limit (the cap is per rank).
+  if (host.physical_bytes > 0) {
+    const std::string violation = run_plan::host_fit_violation(run_plan::host_need(plan, resolved, cpu), host);
+    CLEAVE_CHECK_INPUT(violation.empty(), "{}", violation);
+  }
+  return plan;
 }
 
 bool RankSetup::counts_loss() const {

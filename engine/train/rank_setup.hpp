@@ -21,12 +21,14 @@
 #include <nlohmann/json.hpp>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
 #include "engine/comm/process_grid.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
+#include "engine/run_plan/host_fit.hpp"
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "kernels/ops/ops.hpp"
@@ -38,12 +40,16 @@ namespace cleave::train {
 // kernels' threads), as the memory plan reads them (run_plan::CpuKernels): resolved before the plan is made.
 run_plan::CpuKernels cpu_kernels_of(const config::RunConfig& config);
 
-// The plan every rank will make, made once before the world and the model are built (`cleave train`): a config the
-// world size cannot plan (more stages than blocks, a manual split that does not sum, a schedule the batch cannot
-// feed) or whose memory plan exceeds device.memory_limit is bad input, thrown as InputError naming the keys, the
-// numbers and the fix (exit 64: no restart of the same command cures it, so `cleave run` stops at once). The plan
-// is a pure function of the config, the world size and this machine's CPU kernels, so every rank refuses alike.
-void check_plan_before_world(const config::RunConfig& config, int world_size);
+// The plan every rank will make, made once before the world and the model are built (`cleave train`, `cleave verify`):
+// a config the world size cannot plan (more stages than blocks, a manual split that does not sum, a schedule the
+// batch cannot feed), whose memory plan exceeds device.memory_limit, or whose ranks on this host need more than its
+// physical memory allows (run_plan/host_fit.hpp; `host` is this host as the caller read it, physical_bytes 0: not
+// checked) is bad input, thrown as InputError naming the keys, the numbers and the fix (exit 64: no restart of the
+// same command cures it, so `cleave run` stops at once). The plan is a pure function of the config, the world size
+// and this machine's CPU kernels, so every rank refuses alike; it is returned for the RankSetup (its local_stages
+// those of pp rank 0: the setup sets its own rank's), so the plan is made once.
+run_plan::Plan plan_before_world(const config::RunConfig& config, int world_size,
+                                 const run_plan::HostMemory& host = {});
 
 // What places a rank on a GPU (rank_gpu): the local rank make_world_communicator resolved once (world.options()
 // .local_rank, by comm::resolve_local_rank; the world rank in a world made outside the factory) and the GPUs this
@@ -61,8 +67,11 @@ struct RankSetup {
   // `world` must outlive the setup. Resolves the config against world.size(), builds the grid groups
   // (collective), the allocator and context of device.type, and the plan. Throws Error for layouts that
   // cannot work. `backend` (tests only): the slot table the context's ops call instead of the device's
-  // (ops::Context::backend), e.g. a recording wrapper; null = the device's backend.
-  RankSetup(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend = nullptr);
+  // (ops::Context::backend), e.g. a recording wrapper; null = the device's backend. `planned`: the plan
+  // plan_before_world made of the same config at world.size(), taken instead of making it again; without it the
+  // setup makes its own.
+  RankSetup(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend = nullptr,
+            std::optional<run_plan::Plan> planned = std::nullopt);
   // Clears the run's host-wait counter from the communicators it was handed to, before `host_waits` goes: the
   // groups are members declared before it (destroyed after it), and a communicator that noted a wait while being
   // torn down (a Work completed by its destructor, say) would write into a destroyed counter.

@@ -23,6 +23,9 @@ namespace cleave::train {
 Trainer::Trainer(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend)
     : impl_(std::make_unique<Impl>(std::move(config), world, backend)) {}
 
+Trainer::Trainer(config::RunConfig config, run_plan::Plan plan, comm::Communicator& world)
+    : impl_(std::make_unique<Impl>(std::move(config), world, nullptr, std::move(plan))) {}
+
 Trainer::~Trainer() = default;
 
 const config::RunConfig& Trainer::config() const { return impl_->setup.config; }

@@ -93,6 +93,9 @@ class Trainer {
   // `backend` (tests only): the op slot table every op of the run's context calls instead of the device's
   // (Context::backend), e.g. a recording wrapper; null = the device's backend.
   Trainer(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend = nullptr);
+  // The same with the plan train::plan_before_world made of this config at world.size() before the world was built
+  // (`cleave train`, `cleave verify`): taken as it is, not made again (RankSetup).
+  Trainer(config::RunConfig config, run_plan::Plan plan, comm::Communicator& world);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

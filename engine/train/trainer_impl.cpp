@@ -102,8 +102,9 @@ void Trainer::Impl::save_in_train_loop(const std::string& root, std::int64_t ste
   }
 }
 
-Trainer::Impl::Impl(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend)
-    : setup(std::move(config), world, backend),
+Trainer::Impl::Impl(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend,
+                    std::optional<run_plan::Plan> planned)
+    : setup(std::move(config), world, backend, std::move(planned)),
       model(setup),
       fault(checked_fault_plan(setup)),
       tail(setup, model, !fault || fault->point != FaultPoint::kDpReduce ? std::function<void(int)>()

@@ -42,7 +42,8 @@ struct StepEnd {
 };
 
 struct Trainer::Impl {
-  Impl(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend);
+  Impl(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend,
+       std::optional<run_plan::Plan> planned = std::nullopt);
 
   // The step's loss: the mean over the global batch's micro-batches (see the definition).
   double global_mean_loss(const pipeline::StepOutcome& outcome);

@@ -19,8 +19,10 @@ struct Run {
   ParameterMap initial;  // before the first step (keep_initial only)
 };
 
-Run run(const config::RunConfig& config, comm::Communicator& comm, bool keep_initial = false) {
-  Trainer trainer(config, comm);
+// `plan`: the layout's plan made before the world (train::plan_before_world), taken instead of made again.
+Run run(const config::RunConfig& config, comm::Communicator& comm, bool keep_initial = false,
+        std::optional<run_plan::Plan> plan = std::nullopt) {
+  Trainer trainer = plan ? Trainer(config, *std::move(plan), comm) : Trainer(config, comm);
   Run r;
   if (keep_initial) r.initial = trainer.gather_parameters();
   for (std::int64_t s = 0; s < config.train.steps; ++s) r.losses.push_back(trainer.step(s).loss);
@@ -92,13 +94,13 @@ double max_loss_difference(const std::vector<double>& layout, const std::vector<
   return worst;
 }
 
-VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& world,
-                           const VerifyOptions& options) {
+VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& world, const VerifyOptions& options,
+                           std::optional<run_plan::Plan> layout_plan) {
   VerifyReport report;
   report.adamw = config.optimizer.type == config::OptimizerType::kAdamw;
   config::RunConfig resolved = config;
   resolved.resolve(world.size());
-  const Run layout = run(resolved, world);
+  const Run layout = run(resolved, world, false, std::move(layout_plan));
   report.layout_losses = layout.losses;
   auto self = world.split(world.rank(), 0, "verify_reference");
   if (world.rank() != 0) return report;

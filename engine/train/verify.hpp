@@ -17,6 +17,7 @@
 
 #include "engine/comm/communicator.hpp"
 #include "engine/config/config.hpp"
+#include "engine/run_plan/plan.hpp"
 #include "engine/train/verify_compare.hpp"
 #include "engine/train/verify_floor.hpp"
 
@@ -71,7 +72,10 @@ double tp_rounding_factor(int tp_size);
 double max_loss_difference(const std::vector<double>& layout, const std::vector<double>& reference);
 
 // Collective over `world`; the report is complete on world rank 0 (other ranks get the layout's losses).
-VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& world, const VerifyOptions& options);
+// `layout_plan`: the layout's plan train::plan_before_world made of `config` at world.size() (`cleave verify`), taken
+// instead of made again; without it the layout's trainer makes it.
+VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& world, const VerifyOptions& options,
+                           std::optional<run_plan::Plan> layout_plan = std::nullopt);
 
 // Human-readable table of a report. With a floor: each tensor's difference as a fraction of its movement too, and
 // the twin and its floor. A failure on the parameters alone, with the losses within tolerance, of an AdamW run

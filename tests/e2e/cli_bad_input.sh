@@ -125,6 +125,12 @@ bad_input virtual-stages early 'parallel\.virtual_pipeline_stages: schedule 1f1b
 # model fits 4 MiB only under full recomputation), and points at `cleave plan`.
 bad_input memory-cap early 'memory: pp rank 0 needs about [0-9.]+ MiB .* but device\.memory_limit is 4\.00 MiB; activations are [0-9.]+ [KM]iB \([0-9]+%\), train\.recompute=selective needs about [0-9.]+ MiB \(activations [0-9.]+ [KM]iB\), train\.recompute=full needs about [0-9.]+ MiB \(activations [0-9.]+ [KM]iB, fits\).*cleave plan CONFIG --world N' \
     --set device.memory_limit=4MiB
+# A model far past any machine's memory (about 768 TiB per rank by its plan), no device.memory_limit: refused before
+# the world against this host's physical memory (engine/run_plan/host_fit.hpp), not failed once it is built or killed
+# by the OOM killer. No machine has that much, so the case does not depend on this one's size. verify shares the check.
+huge_model=(--set model.d_model=65536 --set model.n_layers=1024 --set model.n_heads=64)
+bad_input host-memory early 'memory: the 1 rank on this host needs [0-9.]+ GiB of host memory \(the memory plan: parameters [0-9.]+ GiB, .*total [0-9.]+ GiB\), but this host has [0-9.]+ GiB of physical memory \((MemTotal in /proc/meminfo|sysconf.*)\) and a run may plan 90% of it.*nothing was started.*--memory-limit SIZE` with SIZE at most [0-9.]+ [GM]iB' \
+    "${huge_model[@]}"
 # More pipeline stages than the model has blocks: the plan cannot be made at this world; bad input before the world.
 bad_input fewer-blocks-one-rank early 'only 5 blocks' --set model.n_layers=1 --set parallel.virtual_pipeline_stages=8 \
     --set parallel.schedule=interleaved_1f1b
@@ -230,6 +236,17 @@ if [ $# -ge 3 ]; then
   # A layout over its memory cap on every rank alike: exit 64 on both, printed once, before the world.
   world_input memory-cap-pp2 2 'memory: pp rank [01] needs about .* but device\.memory_limit is 1\.00 MiB' \
       --set parallel.pipeline_model_parallel_size=2 --set device.memory_limit=1MiB
+  # Two ranks on this host past its physical memory (the launcher's local size): the same, both ranks counted.
+  world_input host-memory-2 2 'memory: the 2 ranks on this host need [0-9.]+ GiB of host memory \(the memory plan: 2 ranks x about' \
+      "${huge_model[@]}"
+  out=$("${mpiexec[@]}" -n 2 "$cleave" verify --steps 1 "${huge_model[@]}" 2>&1); status=$?
+  if [ $status -ne 64 ] || ! grep -q 'memory: the 2 ranks on this host need' <<<"$out" ||
+     [ "$(grep -c 'error: ' <<<"$out")" != 1 ] || grep -q 'comm backend\|^verify: tp=' <<<"$out"; then
+    echo "FAIL verify-host-memory: status $status (expected 64 before the world)"; echo "$out" | sed 's/^/    /'
+    failures=$((failures + 1))
+  else
+    echo "ok   verify-host-memory: exit 64 on 2 ranks before the world"
+  fi
   once error-once-command-line 64 --frobnicate
   mkdir -p held2 && echo '{"step": 1}' > held2/metrics.jsonl
   once error-once-out-dir-holds-run 64 --set train.out_dir=held2 --set train.steps=2

@@ -76,7 +76,7 @@ p["cores_per_node"] = 4
 json.dump(p, open("four_cores.json", "w"))
 PY
 "$cleave" plan tiny.json --world 4 --profile two_cores.json --top 3 --json two.json > two.log 2>&1 || { cat two.log; fail "plan --world 4 on 2 cores"; }
-grep -q "^  cores: 2 per node; the profile's compute was measured with 2 rank(s) on 2 cores; 4 rank(s) per node planned (a cpu profile: every rank on the machine it describes): each computes on 0.50 of a core, priced 2.00x" two.log \
+grep -qxF "  cores: 2 per node; the profile's compute was measured with 2 ranks on 2 cores; 4 ranks per node planned (a cpu profile: every rank on the machine it describes): each computes on 0.50 of a core, priced 2.00x the profile's compute" two.log \
   && grep -qE "^warning: tp[0-9] (cp[0-9][a-z0-9]* )?pp[0-9] dp[0-9] puts 4 ranks on a node of 2 cores \(2.0 ranks per core\)" two.log \
   || { cat two.log; fail "no shared-core line or warning from a measured profile"; }
 "$cleave" plan tiny.json --world 4 --profile four_cores.json --top 3 --json four.json > four.log 2>&1 || { cat four.log; fail "plan --world 4 on 4 cores"; }

@@ -307,7 +307,8 @@ TEST_F(EpPlanSearch, RooflineImbalancePricesTheBusiestRanksExpertGemmsLaunchByLa
 }
 
 // Under cp a rank routes its T/cp tokens: on a roofline profile its experts' GEMMs are priced at b · T/cp · k / E rows
-// each (E launches per projection on every cp rank), in place of the block's T-row price ÷ cp (block_compute's).
+// each (E launches per projection on every cp rank), in place of the block's T-row price ÷ cp but its launches, which
+// stay whole (block_compute's).
 TEST_F(EpPlanSearch, RooflineExpertRowsUnderContextParallelismAreTheRanksOwn) {
   const std::string path = write("moe.json", kMoe);
   HardwareProfile h100 = partition::load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/h100_sxm.json");
@@ -331,14 +332,16 @@ TEST_F(EpPlanSearch, RooflineExpertRowsUnderContextParallelismAreTheRanksOwn) {
   const partition::BlockWork whole = partition::moe_routed_expert_work(block, DType::kF32, 1, 1);
   const partition::BlockWork own = partition::moe_routed_expert_work(half, DType::kF32, 1, 1);
   const auto want = [&](const partition::PassWork& mine, const partition::PassWork& priced) {
-    return h100.roofline_seconds(mine, false) - h100.roofline_seconds(priced, false) / 2;
+    const double launch = h100.launch_seconds(priced);
+    return h100.roofline_seconds(mine, false) - ((h100.roofline_seconds(priced, false) - launch) / 2 + launch);
   };
   EXPECT_NEAR(x.forward_s - even.forward_s, want(own.forward, whole.forward), 1e-15);
   EXPECT_NEAR(x.input_grad_s - even.input_grad_s, want(own.input_grad, whole.input_grad), 1e-15);
   EXPECT_NEAR(x.weight_grad_s - even.weight_grad_s, want(own.weight_grad, whole.weight_grad), 1e-15);
-  // A cp rank launches all its GEMMs: 3 per expert in each pass, not half of them.
-  EXPECT_NEAR(x.launch.forward_s - even.launch.forward_s, h100.kernel_launch_s * (3 * 8 + 1) / 2, 1e-15);
-  EXPECT_GT(x.forward_s, even.forward_s);  // every launch and every expert's weights on each cp rank
+  // A cp rank launches all its GEMMs, 3 per expert in each pass, as block_compute already priced them (not half).
+  EXPECT_GE(even.launch.forward_s, h100.kernel_launch_s * (3 * 8 + 1));
+  EXPECT_NEAR(x.launch.forward_s, even.launch.forward_s, 1e-15);
+  EXPECT_GE(x.forward_s, even.forward_s);  // every expert's weights read on each cp rank: never below T's price ÷ cp
 }
 
 TEST_F(EpPlanSearch, SearchesEpOnlyForMoeModelsWhereItDivides) {

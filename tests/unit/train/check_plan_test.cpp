@@ -1,6 +1,8 @@
-// check_plan_before_world (engine/train/rank_setup.hpp): the plan `cleave train` makes before the world, so a config
-// over its own device.memory_limit, or one the world size cannot plan, is bad input (InputError: exit 64, which
-// `cleave run` does not restart) naming the key, the numbers and the fix; a config that fits passes.
+// plan_before_world (engine/train/rank_setup.hpp): the plan `cleave train` makes before the world, so a config over
+// its own device.memory_limit, one the world size cannot plan, or one whose ranks on this host need more than its
+// physical memory allows (the host injected here: no test reads this machine's memory) is bad input (InputError: exit
+// 64, which `cleave run` does not restart) naming the key, the numbers and the fix; a config that fits passes, and
+// the plan it returns is the one the rank setup would make (so the trainer takes it instead of making it again).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,16 +12,25 @@
 #include "engine/config/config.hpp"
 #include "engine/core/exit_code.hpp"
 #include "engine/core/input_error.hpp"
+#include "engine/run_plan/host_fit.hpp"
+#include "engine/run_plan/plan.hpp"
 #include "engine/train/rank_setup.hpp"
 
 namespace cleave::train {
 namespace {
 
-// The InputError check_plan_before_world throws for `overrides` of the default config at `world` ranks.
-std::string refusal(const std::vector<std::string>& overrides, int world) {
+constexpr std::int64_t kGiB = std::int64_t{1} << 30;
+
+// plan_before_world without its result (a config that passes).
+void check_plan_before_world(const config::RunConfig& config, int world, const run_plan::HostMemory& host = {}) {
+  static_cast<void>(plan_before_world(config, world, host));
+}
+
+// The InputError plan_before_world throws for `overrides` of the default config at `world` ranks.
+std::string refusal(const std::vector<std::string>& overrides, int world, const run_plan::HostMemory& host = {}) {
   const config::RunConfig c = config::load_config("", overrides);
   try {
-    check_plan_before_world(c, world);
+    check_plan_before_world(c, world, host);
   } catch (const InputError& e) {
     EXPECT_EQ(checkpoint::exit_code_of(e), exit_status(ExitCode::kBadInput));
     return e.what();
@@ -58,6 +69,50 @@ TEST(CheckPlanBeforeWorld, APlanTheWorldCannotMakeIsBadInput) {
                                  "parallel.virtual_pipeline_stages=4", "parallel.schedule=interleaved_1f1b"},
                                 2);
   EXPECT_NE(m.find("only 5 blocks"), std::string::npos) << m;
+}
+
+// A model far past any machine's memory (about 800 TiB of parameters, gradients and AdamW state), with no
+// device.memory_limit: refused before the world, naming the rank count, the need, the host's figure and its source.
+TEST(CheckPlanBeforeWorld, RanksPastTheHostsPhysicalMemoryAreBadInput) {
+  const std::vector<std::string> huge = {"model.d_model=65536", "model.n_layers=1024", "model.n_heads=64"};
+  const std::string m = refusal(huge, 2, {64 * kGiB, "MemTotal in /proc/meminfo", 2});
+  EXPECT_NE(m.find("memory: the 2 ranks on this host need "), std::string::npos) << m;
+  EXPECT_NE(m.find(" GiB of host memory (the memory plan: 2 ranks x about "), std::string::npos) << m;
+  EXPECT_NE(m.find("this host has 64.00 GiB of physical memory (MemTotal in /proc/meminfo) and a run may plan 90% of "
+                   "it, 57.60 GiB"),
+            std::string::npos)
+      << m;
+  // Under a cap it fits neither: the cap's refusal (per rank) comes first.
+  EXPECT_NE(refusal({"model.d_model=65536", "model.n_layers=1024", "model.n_heads=64", "device.memory_limit=\"1TiB\""},
+                    1, {64 * kGiB, "test", 1})
+                .find("but device.memory_limit is 1024.00 GiB"),
+            std::string::npos);
+  // An unknown host (physical_bytes 0) is not checked.
+  EXPECT_NO_THROW(check_plan_before_world(config::load_config("", huge), 1));
+}
+
+TEST(CheckPlanBeforeWorld, TheDefaultModelFitsAHostAndNotAMebibyte) {
+  EXPECT_NO_THROW(check_plan_before_world(config::load_config("", {}), 2, {kGiB, "test", 2}));
+  const std::string m = refusal({}, 2, {std::int64_t{1} << 20, "test", 2});
+  EXPECT_NE(m.find("memory: the 2 ranks on this host need "), std::string::npos) << m;
+  EXPECT_NE(m.find("of physical memory (test)"), std::string::npos) << m;
+}
+
+// The plan it returns is make_plan's for the same config (the trainer takes it); pp rank 1's stages are set by the
+// rank setup from the same plan.
+TEST(CheckPlanBeforeWorld, ReturnsThePlanTheRankSetupWouldMake) {
+  config::RunConfig c = config::load_config("", {"parallel.pipeline_model_parallel_size=2"});
+  const run_plan::Plan before = plan_before_world(c, 2, {kGiB, "test", 2});
+  c.resolve(2);
+  const int micro = static_cast<int>(c.resolved_batch().gradient_accumulation_steps);
+  for (int pp_rank = 0; pp_rank < 2; ++pp_rank) {
+    const run_plan::Plan made = run_plan::make_plan(c, micro, pp_rank, cpu_kernels_of(c));
+    EXPECT_EQ(before.describe_partition(), made.describe_partition());
+    EXPECT_EQ(before.schedule.num_microbatches, made.schedule.num_microbatches);
+    EXPECT_EQ(before.schedule.ranks.size(), made.schedule.ranks.size());
+    EXPECT_EQ(before.stages_on(pp_rank), made.local_stages) << pp_rank;
+    EXPECT_FALSE(made.local_stages.empty());
+  }
 }
 
 }  // namespace

@@ -190,6 +190,27 @@ struct StageBackwardMemory {
 StageBackwardMemory stage_backward_memory(const std::vector<partition::BlockCost>& blocks,
                                           const std::vector<BlockTransients>& transients = {});
 
+// The memory plan's activations of pp rank `pp_rank` as a timeline places them (the planner's memory_over_step): each
+// stage's backward summary from the plan's own block costs (cp's attention state, ep's expert rows, bf16, a
+// probabilities kind's stored tensors, the attention blocks' transients), indexed by stage (empty for the stages of
+// other ranks), in the walk's units (per sample, whole-sequence f32); bytes() scales them as the plan does. Beside
+// them, outside_walk: what the plan's total holds apart from its activation walk (total() less the walk's peak with
+// the transients: parameters, gradients, optimizer state, the communication and workspace the blocks do not hold
+// only while they run), so a timeline of one stage in the walk's order peaks at total() (less the boundary tensors in
+// flight, which only the walk places). Arguments as estimate_rank_memory's.
+struct RankStageMemory {
+  std::vector<StageBackwardMemory> stages;
+  std::int64_t micro = 1;
+  int dtype_divisor = 1, cp = 1;
+  std::int64_t outside_walk = 0;
+  double bytes(std::int64_t units) const {
+    return static_cast<double>(units) * static_cast<double>(micro) / dtype_divisor / cp;
+  }
+};
+RankStageMemory rank_stage_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, const CpuKernels& cpu,
+                                  double ep_imbalance = 0,
+                                  partition::AttentionKind attention = partition::AttentionKind::kMemoryEfficient);
+
 // The message for the first pp rank whose estimate exceeds device.memory_limit (naming the rank, the
 // bytes by category, the cap and what to change), or an empty string when every rank fits or no cap is set.
 std::string memory_plan_violation(const Plan& plan, const config::RunConfig& config, const CpuKernels& cpu);

@@ -62,8 +62,9 @@ Workspace rank_workspace(const Plan& plan, int pp_rank, const RankBlocks& r, con
                                                                                                            : 0;
   const std::int64_t others = std::max({r.cpu_scratch / cp, r.largest_conv_output * micro / cp, vocab_parallel});
   const std::int64_t executor = 4 + (loss_here ? 4 * plan.schedule.num_microbatches : 0);
-  // The attention kernel's scratch lives inside its block (the walk's transients), where it is the largest.
-  return {std::max(r.attention_scratch, others) + executor, std::max<std::int64_t>(0, r.attention_scratch - others)};
+  // The attention kernel's scratch and a moe block's routing weights' gradient live inside their blocks (the walk's
+  // transients), where they are the largest.
+  return {std::max(r.block_scratch, others) + executor, std::max<std::int64_t>(0, r.block_scratch - others)};
 }
 
 }  // namespace

@@ -68,7 +68,8 @@
 //                    all_to_all, over chunk pairs of T / 2cp with the partial output and log-sum-exp for ring), the
 //                    widened operands, a convolution's output (im2col's stand-in) and the vocabulary-parallel
 //                    cross-entropy's 3 f32 per row; plus the executor's loss scale (4 B) and, on the rank of the
-//                    last stage, the step's losses (4 B per micro-batch)
+//                    last stage, the step's losses (4 B per micro-batch). A moe block's routing weights' gradient
+//                    ([micro · T / cp, k] f32) is workspace held inside the block's backward (a transient, below)
 //   host_pinned      not device memory and not in total(): on a cuda device, the page-locked host memory of the
 //                    rank (run_plan/host_memory.hpp), the peak over its actions of: on the ranks of the first and
 //                    the last stage each micro-batch's inputs and targets (micro · (input + 4 · target rows) / cp B,
@@ -78,9 +79,11 @@
 //                    load-balancing loss, 8·micro·(E + 1), held from its F to the end of its I or B, and under ep
 //                    8·E inside the forward; plus the losses row, 4 B per global micro-batch and cp rank. 0 on the
 //                    CPU (nothing pinned). Pageable host copies (moe logits, dlogits) are not counted
-//   total()          the categories summed, except the buffers an attention block holds only while it runs (the cp
-//                    exchange, the attention kernel's scratch): the activation walk holds them inside their blocks
-//                    (BlockTransients) and the total counts what they add above the activation peak
+//   total()          the categories summed, except the buffers a block holds only while it runs (the cp exchange,
+//                    the attention kernel's scratch, a moe block's routing weights' gradient): the activation walk
+//                    holds them inside their blocks (BlockTransients; at cp 1 the attention scratch at the level of
+//                    the attention core's backward, not at the block's peak where the mlp's or the mixture's phase
+//                    is higher) and the total counts what they add above the activation peak
 // It is an estimate; the allocator's cap still enforces the real limit at run time, and the measured peaks
 // (metrics.jsonl peak_bytes) show how close it was.
 #pragma once

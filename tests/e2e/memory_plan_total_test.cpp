@@ -121,6 +121,10 @@ void check_layout(comm::Communicator& world, const Layout& l, const std::string&
 constexpr const char* kGpt =
     R"("model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 4, "seq_len": 64})";
 
+constexpr const char* kLlama =
+    R"("model": {"type": "llama", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 8, "n_kv_heads": 4,
+                 "seq_len": 64, "ffn_hidden_size": 48})";
+
 TEST(MemoryPlanTotal, ContextParallelWithinTwoPercent) {
   auto world = make_world();
   const int cp = world->size();
@@ -134,6 +138,17 @@ TEST(MemoryPlanTotal, ContextParallelWithinTwoPercent) {
     l.choice.cp_comm =
         std::string(comm) == "ring" ? config::ContextParallelComm::kRing : config::ContextParallelComm::kAllToAll;
     check_layout(*world, l, "cp" + std::to_string(cp) + " " + comm);
+  }
+}
+
+// The same figures without cp or ep (dp = world): the attention kernel's scratch placed where the core runs.
+TEST(MemoryPlanTotal, DataParallelWithinTwoPercent) {
+  auto world = make_world();
+  for (const char* model : {kGpt, kLlama}) {
+    Layout l;
+    l.model = model;
+    l.choice.dp = world->size();
+    check_layout(*world, l, std::string(model == kGpt ? "gpt" : "llama") + " dp" + std::to_string(world->size()));
   }
 }
 

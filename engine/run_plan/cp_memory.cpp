@@ -160,7 +160,8 @@ BlockTransients attention_transients(const partition::BlockSpec& block, std::int
   const std::int64_t kv_cols = kv_heads * (block.in_features / block.n_heads) / tp;
   const std::int64_t dqkv = block.seq_len * (block.in_features / tp + 2 * kv_cols) * 4;  // walk units
   if (cp <= 1) {
-    const std::int64_t scratch = cpu_attention_scratch_bytes(block, threads, bf16);
+    const std::int64_t scratch =
+        cpu_attention_scratch_bytes(block, threads, bf16, attention_kernel_groups(block, micro, tp, 1));
     if (scratch > 0) x.forward.push_back({0, scratch}), x.backward.push_back({0, scratch});
     return x;
   }
@@ -174,7 +175,8 @@ BlockTransients attention_transients(const partition::BlockSpec& block, std::int
     const bool through_qkv = rules != nullptr && rules->cp_qkv_backward_inside_core;
     const std::int64_t after = through_qkv ? block.seq_len * block.in_features * 4 : 0;
     x.backward.push_back({after, exchange});
-    const std::int64_t scratch = cpu_attention_scratch_bytes(block, threads, bf16);
+    const std::int64_t scratch =
+        cpu_attention_scratch_bytes(block, threads, bf16, attention_kernel_groups(block, micro, tp, cp));
     if (scratch > 0) x.forward.push_back({0, scratch}), x.backward.push_back({dqkv + after, scratch});
     return x;
   }

@@ -158,8 +158,13 @@ CpuKernels unresolved_cpu_kernels(const config::RunConfig& config);
 
 // The CPU attention kernel's scratch (kernels/cpu/flash_attention.hpp, flash_attention_workspace_floats) for one
 // attention block of `block`, whole sequences (cp 1), `threads` threads, bf16 or f32 operands; 0 for a block without
-// attention. Bytes; the same at every tp (heads split over tp change the kernel's tasks, not a thread's scratch).
-std::int64_t cpu_attention_scratch_bytes(const partition::BlockSpec& block, int threads, bool bf16);
+// attention. Bytes; a thread's scratch is the same at every tp (heads split over tp change the kernel's tasks). The
+// backward's partial dK / dV sums, taken when the kernel runs one task per query chunk (fewer batch x kv heads
+// groups than twice the threads and not a multiple of them), depend on the groups of the kernel's call: `groups`
+// (the micro-batch times the rank's kv heads) where the caller knows them, else (0) the most that take them,
+// 2 threads - 1 (a bound: at T 8,192, 4 groups on 2 threads take none, and the bound counted 12 MiB).
+std::int64_t cpu_attention_scratch_bytes(const partition::BlockSpec& block, int threads, bool bf16,
+                                         std::int64_t groups = 0);
 
 // Context parallelism's exchange buffers while one attention block's forward or backward runs, for a micro-batch
 // of `micro` samples at tp, cp (ring or all_to_all) and `dtype_bytes` per element (the header comment's formula);

@@ -9,9 +9,12 @@
 #   3. For each of cp2 ring, cp2 all_to_all, cp4 ring, cp4 all_to_all: `cleave simulate --config` with that
 #      profile gives the predicted step time and the memory plan (per pp rank: all cp ranks of a stage share it;
 #      the peak of its memory timeline), then the layout trains STEPS steps under mpiexec; the measured step time
-#      is the median step_ms of the steps after the first, the measured peak the allocator's peak of each rank
-#      (run.json: the sum over categories of each category's peak, the figure the memory plan estimates, and the
-#      whole allocator's peak).
+#      is the median step_ms of the steps after the first, the measured peak the allocator's whole peak, max over
+#      the ranks (run.json peak_total), against three figures: the planner's memory plan total (simulate's
+#      memory_plan_total, what `cleave plan` checks against a cap), the trainer's (run.json estimate_total_bytes,
+#      what `cleave train` checks before it builds anything; it knows the run's CPU kernel threads) and the peak of
+#      the planner's memory timeline (timeline_peak_bytes); then rank 0's categories, measured against the trainer's
+#      plan.
 # cp4 runs 4 ranks on the machine's cores: on 2 cores it is oversubscribed (the script says so), so its step
 # time measures 4 ranks sharing 2 cores, which the profile (taken with 2 ranks) prices as core sharing.
 #
@@ -54,8 +57,8 @@ mpiexec -n 2 --oversubscribe "$cleave" profile "$work/long.json" --set parallel.
   { cat "$work/profile.log"; exit 1; }
 
 # 3. Each layout: predicted, then measured.
-printf "\n%-16s %5s %9s %9s %6s | %9s %9s %6s | %9s %9s %6s\n" layout ranks "pred ms" "meas ms" ratio \
-  "plan MiB" "peak MiB" ratio "act plan" "act peak" ratio
+printf "\n%-16s %5s %9s %9s %6s | %9s %9s %9s %9s %6s %6s %6s | %9s %9s %6s\n" layout ranks "pred ms" "meas ms" ratio \
+  "plan MiB" "train MiB" "tl MiB" "peak MiB" "/plan" "/train" "/tl" "act plan" "act peak" ratio
 for cp in 2 4; do
   for comm in ring all_to_all; do
     sets=(--set parallel.context_parallel_size="$cp" --set parallel.context_parallel_comm="$comm")
@@ -74,13 +77,22 @@ name, ranks = sys.argv[4], int(sys.argv[5])
 pred_ms = sim["step_s"] * 1e3
 meas_ms = statistics.median(r["step_ms"] for r in rows[1:]) if len(rows) > 1 else rows[0]["step_ms"]
 plan = sim["ranks"][0]["memory_plan"]
-plan_total, plan_act = sum(plan.values()), plan["activations"]
+plan_total, plan_act = sim["ranks"][0]["memory_plan_total"], plan["activations"]
+timeline = sim["ranks"][0]["timeline_peak_bytes"]
+train_total = max(r["estimate_total_bytes"] for r in run["ranks"])
 act = run["categories"].index("activations")
 peak = max(r["peak_total"] for r in run["ranks"])
 peak_act = max(r["peak_bytes"][act] for r in run["ranks"])
 mib = lambda b: b / 2**20
 print(f"{name:<16} {ranks:5d} {pred_ms:9.1f} {meas_ms:9.1f} {meas_ms / pred_ms:6.2f} | {mib(plan_total):9.2f} "
-      f"{mib(peak):9.2f} {peak / plan_total:6.3f} | {mib(plan_act):9.2f} {mib(peak_act):9.2f} {peak_act / plan_act:6.3f}")
+      f"{mib(train_total):9.2f} {mib(timeline):9.2f} {mib(peak):9.2f} {peak / plan_total:6.3f} {peak / train_total:6.3f} "
+      f"{peak / timeline:6.3f} | {mib(plan_act):9.2f} {mib(peak_act):9.2f} {peak_act / plan_act:6.3f}")
+print(f"{'':16} bytes: planner {plan_total}, trainer {train_total}, timeline {timeline}, measured {peak} "
+      f"(planner {plan_total - peak:+d}, trainer {train_total - peak:+d}, timeline {timeline - peak:+d})")
+cats = run["categories"]
+for r in run["ranks"][:1]:
+    print(f"{'':16} rank 0 by category, measured / trainer's plan (MiB): " + ", ".join(
+        f"{c} {mib(m):.3f}/{mib(e):.3f}" for c, m, e in zip(cats, r["peak_bytes"], r["estimate_bytes"]) if m or e))
 ranks_mib = " ".join(f"{mib(r['peak_total']):.2f}" for r in run["ranks"])
 steps_ms = " ".join(f"{r['step_ms']:.0f}" for r in rows)
 losses = " ".join(f"{r['loss']:.4f}" for r in rows)

@@ -292,7 +292,8 @@ nlohmann::json ranks_json(const planner::PlanDetails& details) {
     }
     nlohmann::json line = nlohmann::json::array();
     for (const auto& p : details.memory_timeline[r]) line.push_back({p.time_s, p.bytes});
-    ranks.push_back({{"pp_rank", r}, {"memory_plan", plan}, {"cp_exchange_bytes", details.cp_exchange[r]},
+    ranks.push_back({{"pp_rank", r}, {"memory_plan", plan}, {"memory_plan_total", details.memory_total[r]},
+                     {"cp_exchange_bytes", details.cp_exchange[r]},
                      {"host_pinned_bytes", details.host_pinned[r]}, {"timeline_peak_bytes", details.timeline_peak[r]},
                      {"memory_timeline", line}});
   }
@@ -346,10 +347,11 @@ nlohmann::json simulated_json(const Simulated& s) {
 void print_rank_memory(const planner::PlanDetails& details) {
   for (std::size_t r = 0; r < details.memory_plan.size(); ++r) {
     std::string parts;
-    std::int64_t total = 0;
+    // The plan's total (what the cap check compares), not the categories' sum: the buffers an attention block holds
+    // only while it runs count what they add above the activation peak.
+    const std::int64_t total = details.memory_total[r];
     for (int c = 0; c < kNumMemoryCategories; ++c) {
       const std::int64_t b = details.memory_plan[r][static_cast<std::size_t>(c)];
-      total += b;
       if (b > 0) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", memory_category_name(static_cast<MemoryCategory>(c)), format_bytes(b));
       if (c == static_cast<int>(MemoryCategory::kCommunication) && details.cp_exchange[r] > 0) {
         parts += fmt::format(" (cp K/V exchange {})", format_bytes(details.cp_exchange[r]));

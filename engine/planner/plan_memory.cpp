@@ -8,42 +8,34 @@
 
 #include "engine/run_plan/memory_plan.hpp"
 #include "partition/block_work.hpp"
-#include "partition/cost_model.hpp"
 #include "pipeline/simulator.hpp"
 
 namespace cleave::planner {
 
-std::vector<double> probabilities_saved(const run_plan::Plan& plan, const PlanChoice& choice, const SearchOptions& options,
-                                        DType dtype) {
-  std::vector<double> saved(static_cast<std::size_t>(plan.num_stages()), 0.0);
-  if (choice.recompute != partition::Recompute::kNone) return saved;
-  for (int s = 0; s < plan.num_stages(); ++s) {
-    const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
-    for (int b = range.begin; b < range.end; ++b) {
-      saved[static_cast<std::size_t>(s)] +=
-          partition::attention_probabilities_work(plan.spec.blocks[static_cast<std::size_t>(b)], dtype, options.attention,
-                                                  choice.tp, choice.micro_batch).saved_bytes / choice.cp;
-    }
-  }
-  return saved;
+run_plan::CpuKernels planned_cpu_kernels(const config::RunConfig& config, const HardwareProfile& profile, int world) {
+  run_plan::CpuKernels cpu = run_plan::unresolved_cpu_kernels(config);
+  if (config.device.type != DeviceType::kCpu || profile.cores_per_node <= 0) return cpu;
+  const int ranks_on_node = std::min(world, std::max(1, profile.ranks_per_node));
+  cpu.threads = std::max(1, static_cast<int>(profile.cores_per_rank(ranks_on_node)));
+  return cpu;
 }
 
-
 std::vector<std::int64_t> estimate_memory(const run_plan::Plan& plan, const config::RunConfig& config,
-                                          const PlanChoice& choice, const SearchOptions& opts, PlanEstimate& est,
-                                          PlanDetails* details) {
+                                          const PlanChoice& choice, const SearchOptions& opts,
+                                          const run_plan::CpuKernels& cpu, PlanEstimate& est, PlanDetails* details) {
   std::vector<std::int64_t> working_set(static_cast<std::size_t>(choice.pp), 0);
   for (int r = 0; r < choice.pp; ++r) {
     // A run storing attention probabilities keeps them with every micro-batch's stash: the memory plan counts them
     // in each attention block's (its `attention` input), so the walk and cp's transients above it are the run's.
     const run_plan::MemoryPlan memory =
-        run_plan::estimate_rank_memory(plan, config, r, opts.ep_imbalance, opts.attention);
+        run_plan::estimate_rank_memory(plan, config, r, cpu, opts.ep_imbalance, opts.attention);
     working_set[static_cast<std::size_t>(r)] =
         memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
     // The host line (PlanEstimate::host_pinned_bytes), on the planned device (0 on the CPU).
     const std::int64_t host_pinned = memory.host_pinned;
     if (details) {
       details->memory_plan.push_back(memory.bytes);
+      details->memory_total.push_back(memory.total());
       details->cp_exchange.push_back(memory.cp_exchange);
       details->host_pinned.push_back(host_pinned);
     }
@@ -69,53 +61,58 @@ void check_fit(std::int64_t cap, PlanEstimate& est) {
 }
 
 
-void memory_over_step(const run_plan::Plan& plan, const PlanChoice& choice, bool bf16, double step_s,
-                      const std::vector<double>& saved, PlanDetails& details) {
+void memory_over_step(const run_plan::Plan& plan, const config::RunConfig& config, const SearchOptions& opts,
+                      const run_plan::CpuKernels& cpu, double step_s, PlanDetails& details) {
   const pipeline::SimulationResult& result = details.simulated;
-  const int num_stages = plan.num_stages();
-  // Memory over the step per pp rank: static categories plus the activations the timeline holds.
-  // A cp rank holds its T / cp tokens of every micro-batch's stash (the memory plan divides the same way).
-  const double per_micro = static_cast<double>(choice.micro_batch) / (bf16 ? 2.0 : 1.0) / choice.cp;
-  // One tp rank's activations (the cost model's tp layout), as the memory plan counts them.
-  const auto shard = partition::model_costs(plan.spec, DType::kF32, choice.recompute, choice.tp);
-  std::vector<run_plan::StageBackwardMemory> stage_memory;
-  for (int s = 0; s < num_stages; ++s) {
-    const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
-    stage_memory.push_back(run_plan::stage_backward_memory(
-        std::vector<partition::BlockCost>(shard.begin() + range.begin, shard.begin() + range.end)));
-  }
   for (std::size_t r = 0; r < result.timeline.ranks.size(); ++r) {
-    const auto& plan_bytes = details.memory_plan[r];
-    std::int64_t fixed = 0;
-    for (int c = 0; c < kNumMemoryCategories; ++c) {
-      if (c != static_cast<int>(MemoryCategory::kActivations) && c != static_cast<int>(MemoryCategory::kWorkspace)) {
-        fixed += plan_bytes[static_cast<std::size_t>(c)];
-      }
-    }
+    // The memory plan's own stage summaries and what its total holds beside the activation walk.
+    const run_plan::RankStageMemory rm =
+        run_plan::rank_stage_memory(plan, config, static_cast<int>(r), cpu, opts.ep_imbalance, opts.attention);
+    const std::int64_t fixed = rm.outside_walk;
+    // How far above its start an action goes while it runs: its blocks' backward (or forward) peak, or an attention
+    // block's transient buffers on top of what the action holds then.
+    const auto rise = [&rm](std::int64_t peak, const std::vector<run_plan::StagePhase>& phases) {
+      double top = rm.bytes(peak);
+      for (const auto& p : phases) top = std::max(top, rm.bytes(p.held) + static_cast<double>(p.bytes));
+      return top;
+    };
     std::vector<std::pair<double, double>> events;  // (time, delta bytes)
     for (const auto& a : result.timeline.ranks[r]) {
       if (a.action.stage < 0) continue;
-      const run_plan::StageBackwardMemory& sm = stage_memory[static_cast<std::size_t>(a.action.stage)];
-      const double act = static_cast<double>(sm.forward_stash) * per_micro + saved[static_cast<std::size_t>(a.action.stage)];
-      const double held_for_w = static_cast<double>(sm.weight_stash) * per_micro;
+      const auto st = static_cast<std::size_t>(a.action.stage);
+      if (st >= rm.stages.size()) continue;
+      const run_plan::StageBackwardMemory& sm = rm.stages[st];
+      const double act = rm.bytes(sm.forward_stash);
+      const double held_for_w = rm.bytes(sm.weight_stash);
       switch (a.action.kind) {
-        case pipeline::ActionKind::kForward: events.push_back({a.start, act}); break;
-        case pipeline::ActionKind::kBackwardInput: {  // each block's backward holds its extra while it runs
-          const double extra = static_cast<double>(sm.input_peak) * per_micro;
-          events.push_back({a.start, extra});
-          events.push_back({a.end, held_for_w - act - extra});
+        case pipeline::ActionKind::kForward: {  // the stash, and the transients of its attention blocks above it
+          const double top = rise(sm.forward_stash, sm.forward_transients);
+          events.push_back({a.start, top});
+          events.push_back({a.end, act - top});
           break;
         }
-        case pipeline::ActionKind::kBackwardWeight: events.push_back({a.end, -held_for_w}); break;
+        case pipeline::ActionKind::kBackwardInput: {  // each block's backward holds its extra while it runs
+          const double top = rise(sm.input_peak, sm.input_transients);
+          events.push_back({a.start, top});
+          events.push_back({a.end, held_for_w - act - top});
+          break;
+        }
+        case pipeline::ActionKind::kBackwardWeight: {
+          const double top = rm.bytes(sm.weight_peak);
+          events.push_back({a.start, top});
+          events.push_back({a.end, -held_for_w - top});
+          break;
+        }
         case pipeline::ActionKind::kBackward: {
-          const double extra = static_cast<double>(sm.fused_peak) * per_micro;
-          events.push_back({a.start, extra});
-          events.push_back({a.end, -act - extra});
+          const double top = rise(sm.fused_peak, sm.fused_transients);
+          events.push_back({a.start, top});
+          events.push_back({a.end, -act - top});
           break;
         }
         default: break;
       }
     }
+    // At one moment an action's end comes before the next one's start (both rank-local, in order).
     std::stable_sort(events.begin(), events.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
     std::vector<MemoryPoint> line = {{0.0, fixed}};
     double live = 0;

@@ -69,7 +69,7 @@ std::string measured_gap(const HardwareProfile& profile, const run_plan::Plan& p
 
 void price_step(const run_plan::Plan& plan, const config::RunConfig& config, const PlanChoice& choice,
                 const HardwareProfile& profile, const SearchOptions& options, const SearchOptions& opts,
-                const std::vector<std::int64_t>& working_set, const std::vector<double>& saved, SearchCache* cache,
+                const std::vector<std::int64_t>& working_set, const run_plan::CpuKernels& cpu, SearchCache* cache,
                 PlanEstimate& est, PlanDetails* details) {
   share_node_cores(profile, options.world, est);
   const TermContext terms = make_term_context(plan, config, choice, profile, opts, est.core_sharing);
@@ -88,7 +88,7 @@ void price_step(const run_plan::Plan& plan, const config::RunConfig& config, con
   est.breakdown = step_breakdown(terms, stages, optimizer, sim, result, prepared.get());
   if (details) {
     details->simulated = result;
-    memory_over_step(plan, choice, terms.bf16, est.step_s, saved, *details);
+    memory_over_step(plan, config, opts, cpu, est.step_s, *details);
   }
 }
 

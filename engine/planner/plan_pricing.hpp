@@ -12,6 +12,7 @@
 
 #include "engine/config/config.hpp"
 #include "engine/planner/plan_search.hpp"
+#include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
 
 namespace cleave::planner {
@@ -22,11 +23,11 @@ std::string measured_gap(const HardwareProfile& profile, const run_plan::Plan& p
                          int world, bool bf16);
 
 // Time: the step's terms per stage (step_terms.hpp) for `working_set`, timed by the simulator, then split back
-// term by term into est's breakdown; `details` gets the simulated step and each rank's memory over it (`saved`:
-// probabilities_saved). `options` are the search's, `opts` with_ep_imbalance's.
+// term by term into est's breakdown; `details` gets the simulated step and each rank's memory over it (the memory
+// plan's on `cpu`, planned_cpu_kernels). `options` are the search's, `opts` with_ep_imbalance's.
 void price_step(const run_plan::Plan& plan, const config::RunConfig& config, const PlanChoice& choice,
                 const HardwareProfile& profile, const SearchOptions& options, const SearchOptions& opts,
-                const std::vector<std::int64_t>& working_set, const std::vector<double>& saved, SearchCache* cache,
+                const std::vector<std::int64_t>& working_set, const run_plan::CpuKernels& cpu, SearchCache* cache,
                 PlanEstimate& est, PlanDetails* details);
 
 }  // namespace cleave::planner

@@ -202,8 +202,8 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   est.valid = true;
   const SearchOptions opts = with_ep_imbalance(options, plan, choice, cache);
   const bool bf16 = config.device.precision == config::Precision::kBf16;
-  const std::vector<double> saved = probabilities_saved(plan, choice, options, bf16 ? DType::kBF16 : DType::kF32);
-  const std::vector<std::int64_t> working_set = estimate_memory(plan, config, choice, opts, est, details);
+  const run_plan::CpuKernels cpu = planned_cpu_kernels(config, profile, options.world);
+  const std::vector<std::int64_t> working_set = estimate_memory(plan, config, choice, opts, cpu, est, details);
   check_fit(options.memory_limit, est);
   const std::string gap = measured_gap(profile, plan, choice, options.world, bf16);
   if (!gap.empty()) {
@@ -212,7 +212,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     return est;
   }
   if (!est.fits && !options.price_over_cap) return est;  // known by its memory (SearchOptions::price_over_cap)
-  price_step(plan, config, choice, profile, options, opts, working_set, saved, cache, est, details);
+  price_step(plan, config, choice, profile, options, opts, working_set, cpu, cache, est, details);
   return est;
 }
 

@@ -107,11 +107,11 @@ struct PlanEstimate {
 std::string oversubscription_warning(const PlanEstimate& estimate);
 
 // What estimate_plan can also hand back for one plan (cleave simulate --config): the simulated step, the
-// memory plan of every pp rank, and each rank's memory over the step in bytes: the static part
-// (parameters, gradients, optimizer state, communication buffers: under cp these hold one attention block's K/V
-// exchange buffers all step, as the memory plan's peak counts them) plus activations, which rise by a stage's
-// stash at each F; at the end of I the stash becomes what W needs (cost model: weight_stash_bytes), freed by W (a
-// fused B frees the forward stash); a recomputed block's rebuilt stash counts on top while its I or B runs.
+// memory plan of every pp rank, and each rank's memory over the step in bytes (plan_memory.hpp, memory_over_step):
+// what the plan's total holds beside its activation walk (parameters, gradients, optimizer state, the communication
+// and workspace not held only inside an attention block) plus the plan's stage stashes, which rise by a stage's
+// stash at each F; at the end of I the stash becomes what W needs, freed by W (a fused B frees the forward stash);
+// while an action runs it holds its blocks' backward peak or an attention block's transient buffers on top.
 struct MemoryPoint {
   double time_s = 0;
   std::int64_t bytes = 0;
@@ -119,6 +119,9 @@ struct MemoryPoint {
 struct PlanDetails {
   pipeline::SimulationResult simulated;
   std::vector<std::array<std::int64_t, kNumMemoryCategories>> memory_plan;  // per pp rank
+  // per pp rank: the plan's total (MemoryPlan::total(), the figure checked against the cap: below the categories'
+  // sum by what the buffers an attention block holds only while it runs do not add above the activation peak)
+  std::vector<std::int64_t> memory_total;
   std::vector<std::int64_t> cp_exchange;  // per pp rank: of memory_plan's communication, cp's K/V exchange buffers
   std::vector<std::int64_t> host_pinned;  // per pp rank: the page-locked host staging (PlanEstimate::host_pinned_bytes)
   std::vector<std::vector<MemoryPoint>> memory_timeline;                   // per pp rank

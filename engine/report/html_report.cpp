@@ -265,6 +265,7 @@ std::string memory_section(const RunSummary& s) {
         html += fmt::format("<td>{}</td>", format_bytes(b));
         total += b;
       }
+      if (r.estimate_total_bytes > 0) total = r.estimate_total_bytes;  // the plan's own total (the cap check's)
       html += fmt::format("<td>{}</td><td></td>{}</tr>\n", format_bytes(total),
                           pinned ? fmt::format("<td>{}</td>", format_bytes(r.estimate_host_pinned_bytes)) : "");
     }

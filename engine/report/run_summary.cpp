@@ -41,6 +41,7 @@ std::string to_json_text(const RunSummary& s) {
     row["peak_bytes"] = r.peak_bytes;
     row["peak_total"] = r.peak_total;
     row["estimate_bytes"] = r.estimate_bytes;
+    if (r.estimate_total_bytes > 0) row["estimate_total_bytes"] = r.estimate_total_bytes;
     if (r.estimate_host_pinned_bytes > 0) row["estimate_host_pinned_bytes"] = r.estimate_host_pinned_bytes;
     j["ranks"].push_back(row);
   }
@@ -101,6 +102,7 @@ RunSummary parse_run_summary(const std::string& text, const std::string& path) {
       r.peak_bytes = row.at("peak_bytes").get<std::vector<std::int64_t>>();
       r.peak_total = row.value("peak_total", std::int64_t{0});
       r.estimate_bytes = row.value("estimate_bytes", std::vector<std::int64_t>{});
+      r.estimate_total_bytes = row.value("estimate_total_bytes", std::int64_t{0});
       r.estimate_host_pinned_bytes = row.value("estimate_host_pinned_bytes", std::int64_t{0});
       s.ranks.push_back(std::move(r));
     }

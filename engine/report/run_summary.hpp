@@ -24,6 +24,10 @@ struct RankSummary {
   std::vector<std::int64_t> peak_bytes;      // per category, each at its own peak moment
   std::int64_t peak_total = 0;               // peak of the sum (<= the sum of category peaks)
   std::vector<std::int64_t> estimate_bytes;  // the memory plan's estimate per category (empty = none)
+  // The memory plan's total (MemoryPlan::total(): the figure the cap check compares, below the sum of the categories
+  // where buffers held only inside an attention block peak with the activations); 0 = none (older run.json files:
+  // the report then sums estimate_bytes).
+  std::int64_t estimate_total_bytes = 0;
   // The memory plan's page-locked host memory (MemoryPlan::host_pinned: a GPU rank's staged micro-batches, losses
   // row and moe staging), apart from the device categories; 0 = none (written only when > 0).
   std::int64_t estimate_host_pinned_bytes = 0;

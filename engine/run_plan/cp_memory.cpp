@@ -107,6 +107,19 @@ void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSp
   cost.backward_extra_bytes = std::max(cost.backward_extra_bytes + walk_fixup, level + extra) - walk_fixup;
 }
 
+void place_attention_scratch_at_core_level(BlockTransients& transients, const partition::BlockCost& cost,
+                                           const partition::BlockSpec& block, int tp, bool sequence_parallel,
+                                           bool bf16) {
+  if (block.n_heads <= 0 || transients.backward.empty()) return;
+  const std::int64_t kv_heads = block.n_kv_heads > 0 ? block.n_kv_heads : block.n_heads;
+  const std::int64_t tqkv = block.seq_len * (block.in_features + 2 * kv_heads * (block.in_features / block.n_heads)) /
+                            tp * 4;
+  const std::int64_t level = core_backward_level(block, tp, 1, sequence_parallel, bf16, tqkv);
+  if (level < 0) return;  // a family whose level is not read from its layers: the block's peak, as before
+  const std::int64_t below = std::max<std::int64_t>(0, cost.backward_extra_bytes - level);
+  for (TransientPhase& p : transients.backward) p.below = std::max(p.below, below);
+}
+
 void add_cp_whole_stash(partition::BlockCost& cost, const partition::BlockSpec& block, partition::Recompute recompute,
                         int cp, bool bf16) {
   const partition::BlockRules* rules = partition::family_block_rules(block.kind);
@@ -147,7 +160,8 @@ BlockTransients attention_transients(const partition::BlockSpec& block, std::int
   const std::int64_t kv_cols = kv_heads * (block.in_features / block.n_heads) / tp;
   const std::int64_t dqkv = block.seq_len * (block.in_features / tp + 2 * kv_cols) * 4;  // walk units
   if (cp <= 1) {
-    const std::int64_t scratch = cpu_attention_scratch_bytes(block, threads, bf16);
+    const std::int64_t scratch =
+        cpu_attention_scratch_bytes(block, threads, bf16, attention_kernel_groups(block, micro, tp, 1));
     if (scratch > 0) x.forward.push_back({0, scratch}), x.backward.push_back({0, scratch});
     return x;
   }
@@ -161,7 +175,8 @@ BlockTransients attention_transients(const partition::BlockSpec& block, std::int
     const bool through_qkv = rules != nullptr && rules->cp_qkv_backward_inside_core;
     const std::int64_t after = through_qkv ? block.seq_len * block.in_features * 4 : 0;
     x.backward.push_back({after, exchange});
-    const std::int64_t scratch = cpu_attention_scratch_bytes(block, threads, bf16);
+    const std::int64_t scratch =
+        cpu_attention_scratch_bytes(block, threads, bf16, attention_kernel_groups(block, micro, tp, cp));
     if (scratch > 0) x.forward.push_back({0, scratch}), x.backward.push_back({dqkv + after, scratch});
     return x;
   }

@@ -49,7 +49,21 @@ void add_cp_whole_stash(partition::BlockCost& cost, const partition::BlockSpec& 
 //    scratch over the whole sequence (heads / cp) before dqkv is exchanged back (measured: gpt and llama, cp2 and cp4,
 //    the total to the byte less the loss slots).
 // Empty for a block without attention, and at cp 1 without threads.
+// At cp 1 the scratch is placed at the block's backward peak; place_attention_scratch_at_core_level then lowers it
+// to the level the block holds while its attention core's backward runs, where that is under the peak.
 BlockTransients attention_transients(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp, bool ring,
                                      bool bf16, int threads);
+
+// At cp 1 without recomputation: the attention kernel's backward scratch (`transients`, attention_transients') is
+// alive while the block's attention core runs its backward, at the level the block holds then (the one
+// add_cp_attention_state reads: the residual stream's gradients, dout and dq, dk, dv, less what the block's backward
+// released before; walk units), not at the block's backward peak (`cost`, rank_block_cost's, the walk's units) where
+// another phase is higher: moe's experts and combine phase, whose peak is above the attention core's by more than
+// the scratch at ep 2 and 4 (the total was 44,288 B over the measured peak on every rank, +1.2-3.1% at seq_len 64,
+// MemoryPlanTotal.ExpertParallelWithinTwoPercent). Unchanged where the core's phase is the peak, and for families
+// whose level is not read from their layers.
+void place_attention_scratch_at_core_level(BlockTransients& transients, const partition::BlockCost& cost,
+                                           const partition::BlockSpec& block, int tp, bool sequence_parallel,
+                                           bool bf16);
 
 }  // namespace cleave::run_plan

@@ -20,15 +20,20 @@
 namespace cleave::run_plan {
 namespace {
 
-// The walk over the rank's actions (activation_walk.hpp) on each stage's backward memory.
-ActivationWalkPeaks rank_activation_peaks(const Plan& plan, int pp_rank, const RankBlocks& r, const RankShape& s) {
+// Each stage's backward memory (empty for the stages of other ranks).
+std::vector<StageBackwardMemory> stage_memories(const RankBlocks& r) {
   std::vector<StageBackwardMemory> stage_memory(r.stage_blocks.size());
   for (std::size_t si = 0; si < r.stage_blocks.size(); ++si) {
     if (r.stage_blocks[si].empty()) continue;
     stage_memory[si] = stage_backward_memory(r.stage_blocks[si], r.stage_transients[si]);
   }
+  return stage_memory;
+}
+
+// The walk over the rank's actions (activation_walk.hpp) on each stage's backward memory.
+ActivationWalkPeaks rank_activation_peaks(const Plan& plan, int pp_rank, const RankBlocks& r, const RankShape& s) {
   const WalkScale scale{s.micro, s.bf16 ? 2 : 1, s.cp};
-  return activation_walk_peak(plan, pp_rank, stage_memory, r.stage_in, r.stage_out, scale);
+  return activation_walk_peak(plan, pp_rank, stage_memories(r), r.stage_in, r.stage_out, scale);
 }
 
 // The workspace category's bytes, and what of it is the attention kernel's scratch held only inside its block (a
@@ -57,8 +62,9 @@ Workspace rank_workspace(const Plan& plan, int pp_rank, const RankBlocks& r, con
                                                                                                            : 0;
   const std::int64_t others = std::max({r.cpu_scratch / cp, r.largest_conv_output * micro / cp, vocab_parallel});
   const std::int64_t executor = 4 + (loss_here ? 4 * plan.schedule.num_microbatches : 0);
-  // The attention kernel's scratch lives inside its block (the walk's transients), where it is the largest.
-  return {std::max(r.attention_scratch, others) + executor, std::max<std::int64_t>(0, r.attention_scratch - others)};
+  // The attention kernel's scratch and a moe block's routing weights' gradient live inside their blocks (the walk's
+  // transients), where they are the largest.
+  return {std::max(r.block_scratch, others) + executor, std::max<std::int64_t>(0, r.block_scratch - others)};
 }
 
 }  // namespace
@@ -119,6 +125,21 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // The page-locked host memory a GPU run pins (batches, losses row, moe staging), reported apart (host_memory.hpp).
   if (config.device.type == DeviceType::kCuda) m.host_pinned = host_pinned_peak(plan, config, pp_rank);
   return m;
+}
+
+RankStageMemory rank_stage_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, const CpuKernels& cpu,
+                                  double ep_imbalance, partition::AttentionKind attention) {
+  const RankShape s = rank_shape(plan, config, cpu, ep_imbalance, attention);
+  const RankBlocks blocks = gather_rank_blocks(plan, pp_rank, model_cost_tables(plan.spec, s), s, cpu);
+  RankStageMemory out;
+  out.stages = stage_memories(blocks);
+  out.micro = s.micro;
+  out.dtype_divisor = s.bf16 ? 2 : 1;
+  out.cp = s.cp;
+  const MemoryPlan m = estimate_rank_memory(plan, config, pp_rank, cpu, ep_imbalance, attention);
+  out.outside_walk = m.total() - m.bytes[static_cast<std::size_t>(MemoryCategory::kActivations)] -
+                     m.transients_above_activations;
+  return out;
 }
 
 std::string memory_plan_violation(const Plan& plan, const config::RunConfig& config, const CpuKernels& cpu) {

@@ -68,7 +68,8 @@
 //                    all_to_all, over chunk pairs of T / 2cp with the partial output and log-sum-exp for ring), the
 //                    widened operands, a convolution's output (im2col's stand-in) and the vocabulary-parallel
 //                    cross-entropy's 3 f32 per row; plus the executor's loss scale (4 B) and, on the rank of the
-//                    last stage, the step's losses (4 B per micro-batch)
+//                    last stage, the step's losses (4 B per micro-batch). A moe block's routing weights' gradient
+//                    ([micro · T / cp, k] f32) is workspace held inside the block's backward (a transient, below)
 //   host_pinned      not device memory and not in total(): on a cuda device, the page-locked host memory of the
 //                    rank (run_plan/host_memory.hpp), the peak over its actions of: on the ranks of the first and
 //                    the last stage each micro-batch's inputs and targets (micro · (input + 4 · target rows) / cp B,
@@ -78,9 +79,11 @@
 //                    load-balancing loss, 8·micro·(E + 1), held from its F to the end of its I or B, and under ep
 //                    8·E inside the forward; plus the losses row, 4 B per global micro-batch and cp rank. 0 on the
 //                    CPU (nothing pinned). Pageable host copies (moe logits, dlogits) are not counted
-//   total()          the categories summed, except the buffers an attention block holds only while it runs (the cp
-//                    exchange, the attention kernel's scratch): the activation walk holds them inside their blocks
-//                    (BlockTransients) and the total counts what they add above the activation peak
+//   total()          the categories summed, except the buffers a block holds only while it runs (the cp exchange,
+//                    the attention kernel's scratch, a moe block's routing weights' gradient): the activation walk
+//                    holds them inside their blocks (BlockTransients; at cp 1 the attention scratch at the level of
+//                    the attention core's backward, not at the block's peak where the mlp's or the mixture's phase
+//                    is higher) and the total counts what they add above the activation peak
 // It is an estimate; the allocator's cap still enforces the real limit at run time, and the measured peaks
 // (metrics.jsonl peak_bytes) show how close it was.
 #pragma once
@@ -155,8 +158,13 @@ CpuKernels unresolved_cpu_kernels(const config::RunConfig& config);
 
 // The CPU attention kernel's scratch (kernels/cpu/flash_attention.hpp, flash_attention_workspace_floats) for one
 // attention block of `block`, whole sequences (cp 1), `threads` threads, bf16 or f32 operands; 0 for a block without
-// attention. Bytes; the same at every tp (heads split over tp change the kernel's tasks, not a thread's scratch).
-std::int64_t cpu_attention_scratch_bytes(const partition::BlockSpec& block, int threads, bool bf16);
+// attention. Bytes; a thread's scratch is the same at every tp (heads split over tp change the kernel's tasks). The
+// backward's partial dK / dV sums, taken when the kernel runs one task per query chunk (fewer batch x kv heads
+// groups than twice the threads and not a multiple of them), depend on the groups of the kernel's call: `groups`
+// (the micro-batch times the rank's kv heads) where the caller knows them, else (0) the most that take them,
+// 2 threads - 1 (a bound: at T 8,192, 4 groups on 2 threads take none, and the bound counted 12 MiB).
+std::int64_t cpu_attention_scratch_bytes(const partition::BlockSpec& block, int threads, bool bf16,
+                                         std::int64_t groups = 0);
 
 // Context parallelism's exchange buffers while one attention block's forward or backward runs, for a micro-batch
 // of `micro` samples at tp, cp (ring or all_to_all) and `dtype_bytes` per element (the header comment's formula);
@@ -189,6 +197,27 @@ struct StageBackwardMemory {
 };
 StageBackwardMemory stage_backward_memory(const std::vector<partition::BlockCost>& blocks,
                                           const std::vector<BlockTransients>& transients = {});
+
+// The memory plan's activations of pp rank `pp_rank` as a timeline places them (the planner's memory_over_step): each
+// stage's backward summary from the plan's own block costs (cp's attention state, ep's expert rows, bf16, a
+// probabilities kind's stored tensors, the attention blocks' transients), indexed by stage (empty for the stages of
+// other ranks), in the walk's units (per sample, whole-sequence f32); bytes() scales them as the plan does. Beside
+// them, outside_walk: what the plan's total holds apart from its activation walk (total() less the walk's peak with
+// the transients: parameters, gradients, optimizer state, the communication and workspace the blocks do not hold
+// only while they run), so a timeline of one stage in the walk's order peaks at total() (less the boundary tensors in
+// flight, which only the walk places). Arguments as estimate_rank_memory's.
+struct RankStageMemory {
+  std::vector<StageBackwardMemory> stages;
+  std::int64_t micro = 1;
+  int dtype_divisor = 1, cp = 1;
+  std::int64_t outside_walk = 0;
+  double bytes(std::int64_t units) const {
+    return static_cast<double>(units) * static_cast<double>(micro) / dtype_divisor / cp;
+  }
+};
+RankStageMemory rank_stage_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, const CpuKernels& cpu,
+                                  double ep_imbalance = 0,
+                                  partition::AttentionKind attention = partition::AttentionKind::kMemoryEfficient);
 
 // The message for the first pp rank whose estimate exceeds device.memory_limit (naming the rank, the
 // bytes by category, the cap and what to change), or an empty string when every rank fits or no cap is set.

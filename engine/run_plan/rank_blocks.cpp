@@ -2,6 +2,7 @@
 #include "engine/run_plan/rank_blocks.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "engine/run_plan/cp_memory.hpp"
 #include "engine/run_plan/param_counts.hpp"
@@ -110,9 +111,23 @@ RankBlocks gather_rank_blocks(const Plan& plan, int pp_rank, const ModelCostTabl
       r.expert_bytes += 4 * partition::expert_param_count(block) / s.tp;
       r.cp_exchange = std::max(r.cp_exchange, cp_exchange_bytes(block, s.micro, s.tp, s.cp, s.ring, s.bf16 ? 2 : 4));
       // The attention kernel's scratch is known with the run's CPU kernels only (threads).
-      r.stage_transients[st].push_back(
-          attention_transients(block, s.micro, s.tp, s.cp, s.ring, s.bf16, s.on_cpu ? cpu.threads : 0));
+      BlockTransients transients =
+          attention_transients(block, s.micro, s.tp, s.cp, s.ring, s.bf16, s.on_cpu ? cpu.threads : 0);
       const partition::BlockCost a = rank_block_cost(block, bi, t, s);
+      if (s.cp <= 1 && s.recompute == partition::Recompute::kNone) {
+        place_attention_scratch_at_core_level(transients, a, block, s.tp, s.sp, s.bf16);
+      }
+      // A moe block's routing weights' gradient (MoeMlp::backward_input's dweight, f32 [n, k] workspace, n its micro
+      // · T / cp rows): alive through the experts' and the combine's phases of its backward, so at the block's
+      // backward peak when that is the mixture's (at least the peak otherwise: the safe side). Before it was counted
+      // the total was 1,024 B under the measured peak at ep 2 and 4 (MemoryPlanTotal.ExpertParallelWithinTwoPercent)
+      // once the attention scratch no longer stood at that peak.
+      if (block.n_experts > 0 && block.top_k > 0) {
+        const std::int64_t dweight = s.micro * (block.seq_len / s.cp) * block.top_k * 4;
+        transients.backward.push_back({0, dweight});
+        r.block_scratch = std::max(r.block_scratch, dweight);
+      }
+      r.stage_transients[st].push_back(std::move(transients));
       r.stage_blocks[st].push_back(a);
       r.largest_output = std::max(r.largest_output, a.output_bytes);
       // On the CPU only a convolution's im2col scales with its output (the stand-in below); the other blocks' ops
@@ -120,8 +135,8 @@ RankBlocks gather_rank_blocks(const Plan& plan, int pp_rank, const ModelCostTabl
       if (block.kind == partition::BlockKind::kConv2d) {
         r.largest_conv_output = std::max(r.largest_conv_output, a.output_bytes);
       }
-      r.attention_scratch = std::max(
-          r.attention_scratch, cpu_cp_attention_scratch_bytes(block, s.micro, s.tp, s.cp, s.ring, cpu.threads, s.bf16));
+      r.block_scratch = std::max(
+          r.block_scratch, cpu_cp_attention_scratch_bytes(block, s.micro, s.tp, s.cp, s.ring, cpu.threads, s.bf16));
       if (s.widens) {
         r.cpu_scratch = std::max(r.cpu_scratch, cpu_bf16_widening_bytes(block, a, s.recompute, s.tp, s.micro));
       }

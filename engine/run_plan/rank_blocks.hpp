@@ -58,7 +58,9 @@ struct RankBlocks {
   std::int64_t expert_bytes = 0;  // f32 bytes of the routed experts of the rank's blocks (all E of each), ÷ tp
   std::int64_t largest_output = 0;
   std::int64_t largest_conv_output = 0;  // the CPU's stand-in for a convolution's im2col scratch
-  std::int64_t attention_scratch = 0;    // the CPU attention kernel's, cp-aware (cpu_cp_attention_scratch_bytes)
+  // The workspace a block holds only while it runs (its BlockTransients), the largest: the CPU attention kernel's
+  // scratch, cp-aware (cpu_cp_attention_scratch_bytes), or a moe block's routing weights' gradient ([n, k] f32).
+  std::int64_t block_scratch = 0;
   std::int64_t cpu_scratch = 0;  // the CPU kernels' scratch for bf16 operands widened (whole sequences)
   std::int64_t cp_exchange = 0;  // the largest cp exchange of the rank's attention blocks (one runs at a time)
   // Per stage held by this rank, per sample: its blocks' costs in model order (one tp rank's).

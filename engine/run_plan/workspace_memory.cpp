@@ -56,7 +56,7 @@ CpuKernels unresolved_cpu_kernels(const config::RunConfig& config) {
 // several threads, fewer than twice as many (batch x kv heads) groups and not a multiple of them): chunks x [2, T, hd]
 // per group, counted here for 2 threads - 1 groups since the batch is not known. Equal to the kernel's at one thread,
 // its bound at more (MemoryPlanCpu.AttentionScratchIsTheKernels, tests/unit/run_plan).
-std::int64_t cpu_attention_scratch_bytes(const partition::BlockSpec& block, int threads, bool bf16) {
+std::int64_t cpu_attention_scratch_bytes(const partition::BlockSpec& block, int threads, bool bf16, std::int64_t groups) {
   if (block.n_heads <= 0 || threads <= 0) return 0;
   const std::int64_t t = block.seq_len, hd = block.in_features / block.n_heads;
   const std::int64_t kv_heads = block.n_kv_heads > 0 ? block.n_kv_heads : block.n_heads;
@@ -71,14 +71,17 @@ std::int64_t cpu_attention_scratch_bytes(const partition::BlockSpec& block, int 
            : std::max(forward + hd * bk, backward + 2 * hd * bk);
   const std::int64_t chunk_rows = (std::max<std::int64_t>(256, (t + 3) / 4) + bq - 1) / bq * bq;
   const std::int64_t chunks = std::max<std::int64_t>(1, (t + chunk_rows - 1) / chunk_rows);
-  const std::int64_t partials = threads > 1 && chunks > 1 ? (2 * threads - 1) * chunks * 2 * t * hd : 0;
+  // chunk_tasks (flash_attention_blocks.hpp): groups < 2 threads and not a multiple of them.
+  const bool known = groups > 0;
+  const bool per_chunk = threads > 1 && chunks > 1 && (!known || (groups < 2 * threads && groups % threads != 0));
+  const std::int64_t partials = per_chunk ? (known ? groups : 2 * threads - 1) * chunks * 2 * t * hd : 0;
   return 4 * (threads * floats + partials);
 }
 
 std::int64_t cpu_cp_attention_scratch_bytes(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp,
                                             bool ring, int threads, bool bf16) {
   if (block.n_heads <= 0 || threads <= 0) return 0;
-  if (cp <= 1 || !ring) return cpu_attention_scratch_bytes(block, threads, bf16);
+  if (cp <= 1 || !ring) return cpu_attention_scratch_bytes(block, threads, bf16, attention_kernel_groups(block, micro, tp, cp));
   partition::BlockSpec chunk = block;
   chunk.seq_len = block.seq_len / (2 * cp);
   // The ring runs the kernel on f32 operands in either precision (bf16 ones widened first).
@@ -87,6 +90,11 @@ std::int64_t cpu_cp_attention_scratch_bytes(const partition::BlockSpec& block, s
   const RingWidened w = ring_widened_bytes(block, micro, tp, cp, bf16);
   // The forward holds the partials and its widened operands, the backward its own: never both.
   return cpu_attention_scratch_bytes(chunk, threads, false) + std::max(part_out + part_lse + w.forward, w.backward);
+}
+
+std::int64_t attention_kernel_groups(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp) {
+  const std::int64_t kv_heads = block.n_kv_heads > 0 ? block.n_kv_heads : block.n_heads;
+  return micro * (kv_heads / tp / std::max(cp, 1));
 }
 
 RingWidened ring_widened_bytes(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp, bool bf16) {

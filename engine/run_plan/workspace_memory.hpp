@@ -24,6 +24,10 @@ std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const pa
 std::int64_t cpu_cp_attention_scratch_bytes(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp,
                                             bool ring, int threads, bool bf16);
 
+// The (batch x kv heads) groups of the attention kernel's call on one rank for a micro-batch of `micro` samples:
+// kv heads / tp at cp 1, / (tp x cp) under all_to_all (each rank runs its heads over the whole sequence).
+std::int64_t attention_kernel_groups(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp);
+
 // Ring attention's f32 copies of bf16 operands (MemoryCategory::kWorkspace), per micro-batch of `micro` samples on one
 // rank: the forward's queries [b, T / cp, D / tp] and the held K/V block; the backward's q, out and dout and the held
 // K/V block. Both 0 in fp32 (the ring reads its operands in place) and without cp.

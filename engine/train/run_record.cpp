@@ -53,6 +53,7 @@ report::RunSummary gather_run_summary(RankSetup& s) {
   }
   std::map<int, std::vector<std::int64_t>> estimates;  // by pp rank
   std::map<int, std::int64_t> host_pinned;            // by pp rank: the plan's page-locked host staging
+  std::map<int, std::int64_t> totals;                 // by pp rank: the plan's total (MemoryPlan::total())
   for (int rank = 0; rank < static_cast<int>(rows.size()); ++rank) {
     const auto& row = rows[static_cast<std::size_t>(rank)];
     constexpr std::size_t kCoords = 5;  // tp, cp, dp, ep, pp
@@ -76,9 +77,11 @@ report::RunSummary gather_run_summary(RankSetup& s) {
           run_plan::estimate_rank_memory(s.plan, s.config, r.pp_rank, cpu_kernels_of(s.config));
       estimates[r.pp_rank].assign(plan.bytes.begin(), plan.bytes.end());
       host_pinned[r.pp_rank] = plan.host_pinned;
+      totals[r.pp_rank] = plan.total();
     }
     r.estimate_bytes = estimates[r.pp_rank];
     r.estimate_host_pinned_bytes = host_pinned[r.pp_rank];
+    r.estimate_total_bytes = totals[r.pp_rank];
     summary.ranks.push_back(std::move(r));
   }
   return summary;

@@ -129,6 +129,15 @@ TEST(MemoryPlanCpu, AttentionScratchIsTheKernels) {
       const std::int64_t planned = cpu_attention_scratch_bytes(block, 2, true);
       EXPECT_GE(planned, kernel) << "T " << t << " batch " << batch;
       EXPECT_LE(planned, kernel + 4 * 3 * 4 * 2 * t * 16) << "T " << t << " batch " << batch;
+      // Given the groups of the call (batch x kv heads), the kernel's own workspace, at 1, 2 and 3 threads and either
+      // precision (before, the bound: 12 MiB over at T 8,192, 4 groups on 2 threads, which take no partial sums).
+      for (int threads : {1, 2, 3}) {
+        for (bool bf16 : {false, true}) {
+          EXPECT_EQ(cpu_attention_scratch_bytes(block, threads, bf16, batch * shape.kv_heads),
+                    static_cast<std::int64_t>(4 * kernels::cpu::flash_attention_workspace_floats(shape, threads, bf16)))
+              << "T " << t << " batch " << batch << " threads " << threads << (bf16 ? " bf16" : " f32");
+        }
+      }
     }
   }
   partition::BlockSpec mlp;  // no attention

@@ -11,8 +11,9 @@
 // else it exits non-zero. Bandwidth: the one calibrate_this_machine gives a CPU profile (engine/planner/
 // hardware_profile.cpp: y += 0.5·x over two 8 MiB f32 vectors, 3 · 8 MiB per pass), measured here in the same
 // interleaved rounds as the ops. Reports each op's median wall time per call over the rounds, its modelled bytes,
-// the predicted time and measured / predicted. Usage:
-//   moe_routing_bench N D E K f32|bf16 [threads=2] [rounds=15]
+// the predicted time at the median bandwidth, and measured / predicted as the median over rounds of the round's own
+// ratio (the op against that round's bandwidth: a shared machine's load moves both alike). Usage:
+//   moe_routing_bench N D E K f32|bf16 [threads=2] [rounds=41]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -122,11 +123,11 @@ struct Op {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 6) fail("usage: moe_routing_bench N D E K f32|bf16 [threads=2] [rounds=15]");
+  if (argc < 6) fail("usage: moe_routing_bench N D E K f32|bf16 [threads=2] [rounds=41]");
   const std::int64_t n = std::atoll(argv[1]), d = std::atoll(argv[2]), e = std::atoll(argv[3]), k = std::atoll(argv[4]);
   const std::string precision = argv[5];
   const int threads = argc > 6 ? std::atoi(argv[6]) : 2;
-  const int rounds = argc > 7 ? std::atoi(argv[7]) : 15;
+  const int rounds = argc > 7 ? std::atoi(argv[7]) : 41;
   if (n < 1 || d < 1 || e < 1 || k < 1 || k > e || (precision != "f32" && precision != "bf16") || threads < 1 ||
       rounds < 1) {
     fail("bad arguments: N, D, E >= 1, 1 <= K <= E, f32 or bf16, threads and rounds >= 1");
@@ -244,18 +245,35 @@ int main(int argc, char** argv) {
               static_cast<long long>(n), static_cast<long long>(d), static_cast<long long>(e),
               static_cast<long long>(k), precision.c_str(), threads, rounds, bandwidth / 1e9);
   std::printf("| op | pass | bytes | measured us | predicted us | measured / predicted |\n|---|---|---:|---:|---:|---:|\n");
+  // Per round: measured / (bytes / that round's bandwidth), for each op and for each pass's ops together.
+  const auto round_ratio = [&](double seconds, double bytes, int round) {
+    return seconds / (bytes * axpy.seconds[static_cast<std::size_t>(round)] / axpy.bytes);
+  };
   double measured_total[2] = {0, 0}, predicted_total[2] = {0, 0};
+  std::vector<double> pass_ratios[2];
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int round = 0; round < rounds; ++round) {
+      double sum = 0;
+      for (const Op& op : ops_list) {
+        if ((op.pass[0] == 'F') == (pass == 0)) sum += op.seconds[static_cast<std::size_t>(round)];
+      }
+      pass_ratios[pass].push_back(round_ratio(sum, pass == 0 ? f_bytes : i_bytes, round));
+    }
+  }
   for (const Op& op : ops_list) {
     const double m = median(op.seconds), p = op.bytes / bandwidth;
     const int pass = op.pass[0] == 'F' ? 0 : 1;
     measured_total[pass] += m;
     predicted_total[pass] += p;
-    std::printf("| %s | %s | %.0f | %.1f | %.1f | %.2f |\n", op.name, op.pass, op.bytes, m * 1e6, p * 1e6, m / p);
+    std::vector<double> ratios;
+    for (int round = 0; round < rounds; ++round) ratios.push_back(round_ratio(op.seconds[static_cast<std::size_t>(round)], op.bytes, round));
+    std::printf("| %s | %s | %.0f | %.1f | %.1f | %.2f |\n", op.name, op.pass, op.bytes, m * 1e6, p * 1e6,
+                median(ratios));
   }
   for (int pass = 0; pass < 2; ++pass) {
     std::printf("| all of %s | %s | %.0f | %.1f | %.1f | %.2f |\n", pass == 0 ? "F" : "I", pass == 0 ? "F" : "I",
                 pass == 0 ? f_bytes : i_bytes, measured_total[pass] * 1e6, predicted_total[pass] * 1e6,
-                measured_total[pass] / predicted_total[pass]);
+                median(pass_ratios[pass]));
   }
   return 0;
 }

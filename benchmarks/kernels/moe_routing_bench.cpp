@@ -193,7 +193,8 @@ int main(int argc, char** argv) {
   std::vector<double> want_dw(static_cast<std::size_t>(n * k), 0.0);
   for (std::int64_t i = 0; i < rows; ++i) {
     for (std::int64_t c = 0; c < d; ++c) {
-      const std::size_t src = static_cast<std::size_t>(rt.row_token[i] * d + c), dst = static_cast<std::size_t>(i * d + c);
+      const auto src = static_cast<std::size_t>(rt.row_token[i] * d + c);
+      const auto dst = static_cast<std::size_t>(i * d + c);
       want_xp[dst] = xv[src];
       want_do[dst] = static_cast<double>(rt.row_weight[i]) * dyv[src];
     }
@@ -244,7 +245,8 @@ int main(int argc, char** argv) {
   std::printf("N %lld D %lld E %lld k %lld %s, %d threads, %d rounds; bandwidth (axpy, 8 MiB f32) %.1f GB/s\n",
               static_cast<long long>(n), static_cast<long long>(d), static_cast<long long>(e),
               static_cast<long long>(k), precision.c_str(), threads, rounds, bandwidth / 1e9);
-  std::printf("| op | pass | bytes | measured us | predicted us | measured / predicted |\n|---|---|---:|---:|---:|---:|\n");
+  std::printf("| op | pass | bytes | measured us | predicted us | measured / predicted |\n");
+  std::printf("|---|---|---:|---:|---:|---:|\n");
   // Per round: measured / (bytes / that round's bandwidth), for each op and for each pass's ops together.
   const auto round_ratio = [&](double seconds, double bytes, int round) {
     return seconds / (bytes * axpy.seconds[static_cast<std::size_t>(round)] / axpy.bytes);
@@ -266,7 +268,9 @@ int main(int argc, char** argv) {
     measured_total[pass] += m;
     predicted_total[pass] += p;
     std::vector<double> ratios;
-    for (int round = 0; round < rounds; ++round) ratios.push_back(round_ratio(op.seconds[static_cast<std::size_t>(round)], op.bytes, round));
+    for (int round = 0; round < rounds; ++round) {
+      ratios.push_back(round_ratio(op.seconds[static_cast<std::size_t>(round)], op.bytes, round));
+    }
     std::printf("| %s | %s | %.0f | %.1f | %.1f | %.2f |\n", op.name, op.pass, op.bytes, m * 1e6, p * 1e6,
                 median(ratios));
   }

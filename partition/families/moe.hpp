@@ -122,4 +122,20 @@ MoeBackwardPhases moe_backward_phases(const BlockSpec& block, DType dtype, Recom
 BlockWork moe_routed_expert_work(const BlockSpec& block, DType dtype, int tp, std::int64_t micro_batch,
                                  double imbalance = 1.0);
 
+// The routing's memory-bound kernels of one moe block for a micro-batch of `micro_batch` samples (the same on every
+// tp rank: each routes every token, the rows D wide), as layers/moe/moe_mlp.cpp launches them, one kernel each, over
+// n = micro · T tokens, r = n · k routed rows, b bytes an activation element and 4-byte indices and weights:
+//   F  moe_gather x -> xp: reads r rows of x and the row->token index, writes xp: 2·r·D·b + 4r
+//      moe_combine o -> y: reads o, the token->row table and the weights [n, k], writes y: r·D·b + n·D·b + 8r
+//   I  moe_combine_weight_grad: reads dy, o and the token->row table, writes dweight [n, k] f32: n·D·b + r·D·b + 8r
+//      moe_gather dy -> d_o, scaled by the row weights: reads r rows of dy, the index and the weights, writes d_o:
+//      2·r·D·b + 8r
+//      moe_combine dxp -> dx (unweighted): reads dxp and the table, writes dx: r·D·b + n·D·b + 4r
+//      the logits' gradient cast from the host's f32 to the compute dtype (ops::copy): n·E·(4 + b)
+// No GEMMs: the router's GEMM and its softmax / top-k traffic are moe_work's own. Not counted: the host's routing
+// itself (route(), router_backward on the host) and the host-device copies of the logits, the routing tables and
+// the logits' gradient (no profile has a host link), nor the tables' bytes under expert parallelism, where the same
+// kernels run on this rank's own tokens (the all-to-alls move the rows: partition/ep_costs.hpp).
+BlockWork moe_routing_work(const BlockSpec& block, DType dtype, std::int64_t micro_batch);
+
 }  // namespace cleave::partition

@@ -12,7 +12,7 @@
 // logits [T, E]). The roofline work (moe_work) is not the active block's: llama's attention half, the shared
 // experts' SwiGLU, the routed experts as the engine launches them, one GEMM per expert and projection over about
 // T·k / E rows each (moe_routed_expert_work, priced launch by launch at its own size), the router's GEMM and its f32
-// logits' traffic.
+// logits' traffic, the rows' gather and combine and their gradients (moe_routing_work).
 // Uneven loads (a micro-batch whose tokens crowd into few experts) change none of the byte
 // counts here, since every token always reaches exactly k experts (dropless). Under context parallelism the block
 // also keeps the count exchange's row per sample, whole on every cp rank (moe_cp_whole_stash_bytes, added by the
@@ -143,9 +143,10 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
 // experts' grouped GEMMs (moe_routed_expert_work: E GEMMs per projection of micro · T · k / E rows each, as the
 // engine launches them), the router's GEMM ([rows, D] x [D, E], replicated over tp: every rank routes every token)
 // with its softmax / top-k over the f32 logits [rows, E] (read, written, and read back with their gradient in
-// backward), and the last residual add. Under full recomputation the whole forward (the router's included) runs
-// again in I, under selective the attention core's. Not counted: the rows' gather and combine (moe_gather,
-// moe_combine: [T·k, D] each way) and the shared expert gate's [rows, 1] GEMM.
+// backward), the rows' gather into expert order and combine back with their gradients (moe_routing_work), and the
+// last residual add. Under full recomputation the whole forward (the router's, gather and combine included) runs
+// again in I, under selective the attention core's. Not counted: the shared expert gate's [rows, 1] GEMM and
+// sigmoid.
 BlockWork moe_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch,
                    bool sequence_parallel) {
   using work_parts::D;
@@ -158,13 +159,14 @@ BlockWork moe_work(const BlockSpec& block, DType dtype, Recompute recompute, int
     work_parts::swiglu(w, rows, d, static_cast<D>(block.n_shared_experts * block.d_ff) / p, b);
   }
   const BlockWork routed = moe_routed_expert_work(block, dtype, tp, micro_batch);
+  const BlockWork routing = moe_routing_work(block, dtype, micro_batch);
   BlockWork router;
   work_parts::linear(router, rows, d, e, false, b);
   router.forward.stream_bytes += 2 * rows * e * 4;
   router.input_grad.stream_bytes += 3 * rows * e * 4;
   router.forward.kernels += 1;  // softmax / top-k
   router.input_grad.kernels += 1;
-  for (const BlockWork* part : std::initializer_list<const BlockWork*>{&routed, &router}) {
+  for (const BlockWork* part : std::initializer_list<const BlockWork*>{&routed, &routing, &router}) {
     w.forward += part->forward;
     w.input_grad += part->input_grad;
     w.weight_grad += part->weight_grad;
@@ -265,6 +267,26 @@ BlockWork moe_routed_expert_work(const BlockSpec& block, DType dtype, int tp, st
   w.input_grad.stream_bytes += 5 * routed * f * b;  // reads gate, up, dh, writes dgate, dup
   w.forward.kernels += 1;
   w.input_grad.kernels += 1;
+  return w;
+}
+
+BlockWork moe_routing_work(const BlockSpec& block, DType dtype, std::int64_t micro_batch) {
+  CLEAVE_ASSERT(block.n_experts > 0 && block.top_k > 0 && micro_batch >= 1,
+                "moe block {}: routing work at e {} k {} micro-batch {}", block.name, block.n_experts, block.top_k,
+                micro_batch);
+  using work_parts::D;
+  const D n = static_cast<D>(micro_batch * block.seq_len), d = static_cast<D>(block.in_features);
+  const D r = n * static_cast<D>(block.top_k), e = static_cast<D>(block.n_experts);
+  const D b = static_cast<D>(dtype_size(dtype)), index = 4;
+  BlockWork w;
+  w.forward.stream_bytes += 2 * r * d * b + r * index;                // gather x -> xp
+  w.forward.stream_bytes += r * d * b + n * d * b + 2 * r * index;    // combine o -> y, weighted
+  w.forward.kernels += 2;
+  w.input_grad.stream_bytes += n * d * b + r * d * b + 2 * r * index;  // the weights' gradient
+  w.input_grad.stream_bytes += 2 * r * d * b + 2 * r * index;          // gather dy -> d_o, scaled
+  w.input_grad.stream_bytes += r * d * b + n * d * b + r * index;      // combine dxp -> dx
+  w.input_grad.stream_bytes += n * e * (4 + b);                        // dlogits f32 -> the compute dtype
+  w.input_grad.kernels += 4;
   return w;
 }
 

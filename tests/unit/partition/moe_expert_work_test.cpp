@@ -61,7 +61,8 @@ bool same_gemms(const std::vector<Gemm>& a, const std::vector<Gemm>& b) {
 }
 
 // E = 1, k = 1: the mixture is one SwiGLU over every token, llama's. The moe block's kernels are the llama block's
-// plus the router's GEMM [rows, D] x [D, 1], its softmax / top-k traffic and kernel; its price is llama's plus theirs.
+// plus the router's GEMM [rows, D] x [D, 1], its softmax / top-k traffic and kernel, and the routing's gather and
+// combine (moe_routing_work); its price is llama's plus theirs.
 TEST(MoeExpertWork, OneExpertTopOneIsTheDenseSwiglu) {
   const HardwareProfile p = h100();
   MoeConfig c = mixtral();
@@ -95,7 +96,10 @@ TEST(MoeExpertWork, OneExpertTopOneIsTheDenseSwiglu) {
       const double router = p.gemm_seconds(router_f, true) + p.gemm_seconds(router_i, true) +
                             p.gemm_seconds(router_w, true) + (2 + 3) * rows * 4 / p.memory_bandwidth_Bps +
                             5 * p.kernel_launch_s;
-      EXPECT_NEAR(priced(p, m), priced(p, l) + router, 1e-12 * priced(p, l)) << tp;
+      const BlockWork routing = moe_routing_work(moe, DType::kBF16, micro);
+      const double moved = (routing.forward.stream_bytes + routing.input_grad.stream_bytes) / p.memory_bandwidth_Bps +
+                           (routing.forward.kernels + routing.input_grad.kernels) * p.kernel_launch_s;
+      EXPECT_NEAR(priced(p, m), priced(p, l) + router + moved, 1e-12 * priced(p, l)) << tp;
     }
   }
   // And the routed experts alone are llama's three SwiGLU GEMMs, one launch each, priced alike.
@@ -179,6 +183,66 @@ TEST(MoeExpertWork, ImbalanceRaisesThePrice) {
   }
   // The cost model's FLOPs: 3 GEMMs of 2·T·k·D·F / tp per sample and pass.
   EXPECT_DOUBLE_EQ(even.forward.gemm_flops(), 3.0 * 2 * 4096 * 2 * 4096 * 14336 / 2);
+}
+
+// The routing's memory traffic (moe_routing_work), by hand for T 16, D 8, E 4, k 2 at micro-batch 2: n = 32 tokens,
+// r = 64 routed rows, 4-byte indices and weights.
+//   f32  F gather 2·64·8·4 + 64·4 = 4352, combine 64·8·4 + 32·8·4 + 2·64·4 = 3584: 7936 over 2 kernels
+//        I weights' gradient 32·8·4 + 64·8·4 + 2·64·4 = 3584, gather 2·64·8·4 + 2·64·4 = 4608,
+//          combine 64·8·4 + 32·8·4 + 64·4 = 3328, dlogits' cast 32·4·(4 + 4) = 1024: 12544 over 4
+//   bf16 F 2·64·8·2 + 256 = 2304 and 1024 + 512 + 512 = 2048: 4352
+//        I 512 + 1024 + 512 = 2048, 2048 + 512 = 2560, 1024 + 512 + 256 = 1792, 32·4·6 = 768: 7168
+// The same on every tp degree and with sequence parallelism (each rank routes every token, D-wide rows); the moe
+// block's passes carry them beside the rest, and full recomputation reruns the forward's inside I.
+TEST(MoeRoutingWork, GatherAndCombineBytesByHand) {
+  MoeConfig c = mixtral();
+  c.d_model = 8;
+  c.n_heads = 2;
+  c.n_kv_heads = 2;
+  c.ffn_hidden_size = 16;
+  c.seq_len = 16;
+  c.n_experts = 4;
+  c.top_k = 2;
+  const BlockSpec block = moe_block(c);
+  const BlockWork f32 = moe_routing_work(block, DType::kF32, 2);
+  EXPECT_EQ(f32.forward.stream_bytes, 7936.0);
+  EXPECT_EQ(f32.input_grad.stream_bytes, 12544.0);
+  EXPECT_EQ(f32.weight_grad.stream_bytes, 0.0);
+  EXPECT_EQ(f32.forward.kernels, 2.0);
+  EXPECT_EQ(f32.input_grad.kernels, 4.0);
+  EXPECT_EQ(f32.weight_grad.kernels, 0.0);
+  EXPECT_TRUE(f32.forward.gemms.empty() && f32.input_grad.gemms.empty() && f32.weight_grad.gemms.empty());
+  const BlockWork bf16 = moe_routing_work(block, DType::kBF16, 2);
+  EXPECT_EQ(bf16.forward.stream_bytes, 4352.0);
+  EXPECT_EQ(bf16.input_grad.stream_bytes, 7168.0);
+  // Linear in the micro-batch.
+  EXPECT_EQ(moe_routing_work(block, DType::kF32, 6).input_grad.stream_bytes, 3 * 12544.0);
+
+  // In the block's passes: the moe block with and without its routing traffic differs by exactly it, at every tp
+  // and with sequence parallelism; full recomputation adds the forward's (and its kernels) to I once more.
+  for (const int tp : {1, 2}) {
+    for (const bool sp : {false, true}) {
+      const BlockWork none = block_work(block, DType::kF32, Recompute::kNone, tp, 2, sp);
+      const BlockWork full = block_work(block, DType::kF32, Recompute::kFull, tp, 2, sp);
+      EXPECT_EQ(full.input_grad.stream_bytes - none.input_grad.stream_bytes, none.forward.stream_bytes) << tp << sp;
+      EXPECT_EQ(full.input_grad.kernels - none.input_grad.kernels, none.forward.kernels) << tp << sp;
+      EXPECT_EQ(moe_routing_work(block, DType::kF32, 2).forward.stream_bytes, 7936.0);
+    }
+  }
+  // Against the block without routing work, rebuilt from its parts: llama's attention half, the routed experts, the
+  // router ([rows, D] x [D, E] and its f32 logits' 2 and 3 passes), the last residual add (3 · rows · D · b).
+  PassWork core;
+  const BlockWork attention = llama_attention_work(block, DType::kF32, 1, 2, false, core);
+  const BlockWork routed = moe_routed_expert_work(block, DType::kF32, 1, 2);
+  const BlockWork whole = block_work(block, DType::kF32, Recompute::kNone, 1, 2);
+  const double rows = 32, d = 8, e = 4;
+  EXPECT_DOUBLE_EQ(whole.forward.stream_bytes, attention.forward.stream_bytes + routed.forward.stream_bytes +
+                                                   2 * rows * e * 4 + 7936.0 + 3 * rows * d * 4);
+  EXPECT_DOUBLE_EQ(whole.input_grad.stream_bytes, attention.input_grad.stream_bytes +
+                                                      routed.input_grad.stream_bytes + 3 * rows * e * 4 + 12544.0 +
+                                                      3 * rows * d * 4);
+  EXPECT_DOUBLE_EQ(whole.forward.kernels, attention.forward.kernels + routed.forward.kernels + 2 + 2 + 1);
+  EXPECT_DOUBLE_EQ(whole.input_grad.kernels, attention.input_grad.kernels + routed.input_grad.kernels + 2 + 4 + 1);
 }
 
 }  // namespace

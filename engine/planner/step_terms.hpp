@@ -171,10 +171,19 @@ BlockCollectives tensor_parallel_overlap(const TermContext& c, const BlockCollec
 BlockCollectives context_parallel_exchange(const TermContext& c, int block, const BlockCompute& compute);
 // Expert parallelism (ep > 1, a block with routed experts; docs/planner.md, "Expert parallelism"): the four
 // all-to-alls per micro-batch, dispatch and combine in F and their gradients in I (a full recompute reruns F's two
-// in I), each of the busiest rank's rows, ep_imbalance × b × T/cp × k rows of D values, priced as a reduce-scatter
-// of those bytes over the ep ranks (the profile's fits inside a node); none hidden under compute. `bytes`: what a
-// rank sends off-rank per step, on average (partition::ep_exchange_bytes). Zero for other blocks and at ep 1.
+// in I), each of the busiest rank's rows, ep_imbalance × b × T/cp × k rows of D values (ep_all_to_all_s); none
+// hidden under compute. Meetings (meeting_wait_s): the combine in F (the dispatch runs right after the count
+// exchange, whose meeting count_exchange prices), both gradients in I, the rerun's combine under full recomputation;
+// handoffs: every all-to-all. `bytes`: what a rank sends off-rank per step, on average (partition::ep_exchange_bytes).
+// Zero for other blocks and at ep 1.
 BlockCollectives expert_all_to_all(const TermContext& c, int block);
+// One all-to-all whose busiest rank receives `busiest_bytes` (its own rows included) over ep ranks, as the engine
+// runs it (every message of the exchange posted at once, mpi_collectives.cpp): inside a node on a profile with a
+// measured point-to-point fit, ep - 1 messages of busiest_bytes / ep each, (ep - 1)(α + busiest_bytes / ep / β)
+// (the collective fits' intercepts, fitted from 4 KiB up, are no measure of the few-KiB messages of a moe block:
+// count_exchange's rule); else a reduce-scatter of those bytes over the ep link (TermContext::collective_s: the
+// profile's fit, or the ring formula, the same figure on a link).
+double ep_all_to_all_s(const TermContext& c, double busiest_bytes, int ep);
 // The busiest ep rank's compute of a block with routed experts: its expert GEMMs (gate, up, down: 3 per pass,
 // 2·T·k·D·F / tp FLOPs each per sample) run ep_imbalance × the mean rows, so each pass of `compute` (without the
 // attention-probabilities part) grows by (ep_imbalance - 1) × the expert GEMMs' FLOP share of that pass (capped at
@@ -222,6 +231,11 @@ struct CountExchange {
   double bytes = 0;                             // sent off-rank per step
 };
 CountExchange expert_count_exchange(const TermContext& c, int block, const BlockCompute& compute);
+// One moe block's exchanges per micro-batch split as PlanEstimate reports them (EpExchangePrice): `ep` and `counts`
+// its all-to-alls and count exchange, `meet` its peer_sync_wait (its ep terms only), `even` and `busiest` its
+// compute at the mean and the busiest rank's rows (block_compute, expert_imbalance_compute). Zeros at ep 1.
+EpExchangePrice ep_exchange_price(const TermContext& c, const BlockCollectives& ep, const CountExchange& counts,
+                                  const SyncWait& meet, const BlockCompute& even, const BlockCompute& busiest);
 // Of a pass of `pass_flops` FLOPs of a block with routed experts, the share in its expert GEMMs (gate, up, down:
 // 3 per pass, 2·T·k·D·F / tp FLOPs each per sample), capped at 1; 0 for other blocks.
 double expert_gemm_fraction(const TermContext& c, int block, double pass_flops);
@@ -304,6 +318,7 @@ struct StageCosts {
   double params = 0;          // parameter elements of one tp rank
   double expert_params = 0;   // of them, routed experts reduced and sharded over the expert-dp group (ep > 1)
   std::vector<BlockPassSeconds> blocks;  // compute per block kind, per micro-batch, at the core sharing
+  EpExchangePrice ep_exchange;           // the stage's first moe block under ep (ep_exchange_price); zeros otherwise
 };
 // Every stage's costs; `working_set` per pp rank (bytes touched over a step) picks the warm or cold tables.
 std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std::int64_t>& working_set);

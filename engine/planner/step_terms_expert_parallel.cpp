@@ -23,6 +23,12 @@ bool has_expert_parallelism(const TermContext& c, int b) {
 
 }  // namespace
 
+double ep_all_to_all_s(const TermContext& c, double busiest_bytes, int ep) {
+  const auto& p2p = c.profile->measured.p2p;
+  if (p2p && c.ep_link == &c.profile->intra_node) return (ep - 1) * p2p->seconds(busiest_bytes / ep);
+  return c.collective_s(Collective::kReduceScatter, busiest_bytes, ep, *c.ep_link);
+}
+
 BlockCollectives expert_all_to_all(const TermContext& c, int b) {
   BlockCollectives x;
   if (!has_expert_parallelism(c, b)) return x;
@@ -30,16 +36,36 @@ BlockCollectives expert_all_to_all(const TermContext& c, int b) {
   const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
   const partition::EpExchangeBytes bytes =
       partition::ep_exchange_bytes(block, c.dtype, c.micro, choice.cp, choice.ep, c.ep_imbalance);
-  const double pair = 2 * c.collective_s(Collective::kReduceScatter, bytes.busiest, choice.ep, *c.ep_link);
+  const double pair = 2 * ep_all_to_all_s(c, bytes.busiest, choice.ep);
+  const bool full = choice.recompute == Recompute::kFull;
   x.forward_s = pair;   // dispatch and combine
   x.backward_s = pair;  // their gradients
-  x.rerun_s = choice.recompute == Recompute::kFull ? pair : 0.0;
-  x.meetings_forward = 2;
-  x.meetings_backward = choice.recompute == Recompute::kFull ? 4 : 2;
+  x.rerun_s = full ? pair : 0.0;
+  // The dispatch follows the count exchange with only the rows' gather between: the peers met there (its meeting is
+  // count_exchange's), so of a forward's two all-to-alls only the combine is a meeting; both gradients are.
+  x.meetings_forward = 1;
+  x.meetings_backward = full ? 3 : 2;
   const double each = collective_handoffs(Exchange::kAllToAll, choice.ep, c.ranks_per_core);
-  x.handoffs_forward = x.meetings_forward * each;
-  x.handoffs_backward = x.meetings_backward * each;
+  x.handoffs_forward = 2 * each;
+  x.handoffs_backward = (full ? 4 : 2) * each;
   x.bytes = c.micro_batches * 4 * bytes.sent_mean;
+  return x;
+}
+
+EpExchangePrice ep_exchange_price(const TermContext& c, const BlockCollectives& ep, const CountExchange& counts,
+                                  const SyncWait& meet, const BlockCompute& even, const BlockCompute& busiest) {
+  EpExchangePrice x;
+  if (ep.forward_s + ep.backward_s <= 0) return x;
+  x.all_to_all_s = ep.forward_s + ep.backward_s + ep.rerun_s;
+  x.meetings_s = meeting_wait_s(c, ep.meetings_forward, ep.handoffs_forward) +
+                 meeting_wait_s(c, ep.meetings_backward, ep.handoffs_backward);
+  x.count_exchange_s = counts.forward_s + counts.rerun_s;
+  x.peer_wait_s = counts.wait_forward_s + counts.wait_rerun_s +
+                  (meet.forward_term == StepTerm::kExpertAllToAll ? meet.forward_s : 0.0) +
+                  (meet.backward_term == StepTerm::kExpertAllToAll ? meet.backward_s : 0.0);
+  const double extra = (busiest.forward_s - even.forward_s) + (busiest.backward_input_s() - even.backward_input_s()) +
+                       (busiest.weight_grad_s - even.weight_grad_s);
+  x.imbalance_wait_s = c.core_sharing * std::max(0.0, extra);
   return x;
 }
 

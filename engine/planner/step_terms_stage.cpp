@@ -78,6 +78,7 @@ void add_block(const TermContext& c, int b, double warm, StageCosts& st, StageBl
   const SyncWait meet = peer_sync_wait(c, compute, tp, cp, ep, counts);  // the peers' lost time, at the pass's meetings
   st.forward[meet.forward_term] += meet.forward_s;
   st.input_grad[meet.backward_term] += meet.backward_s;
+  if (st.ep_exchange.all_to_all_s == 0) st.ep_exchange = ep_exchange_price(c, ep, counts, meet, even, compute);
   st.comm_bytes += tp.bytes + cp.bytes + ep.bytes + counts.bytes;
   add_block_seconds(st.blocks, kind);
   blocks.grad_bytes += 4.0 * block_local_params(c, b);  // E / ep of a moe block's experts under ep

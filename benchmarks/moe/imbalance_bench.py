@@ -183,12 +183,27 @@ def main(argv):
             "profile": price["profile"],
         })
     if a.markdown:
+        print(profile_line(profile))
+        print()
         print_markdown(rows_out)
     else:
         print(json.dumps(rows_out, indent=1))
     print("imbalance_bench: " + ("FAILED: moved rows differ from the oracle, or a run had no wait split" if failed else
                                  f"every moved row and byte equals the oracle's ({sum(r['compared'] for r in rows_out)} fields)"))
     return 1 if failed else 0
+
+
+def profile_line(path):
+    """The profile's figures the exchanges are priced from, one line."""
+    m = load(path).get("measured", {})
+    p2p, ts, ce = m.get("p2p", {}), m.get("time_sharing") or {}, m.get("count_exchange") or {}
+    return (f"Profile ({path}): point-to-point {p2p.get('latency_us', 0):.1f} us + bytes / "
+            f"{p2p.get('bandwidth_GBps', 0):.2f} GB/s; count exchange {ce.get('latency_us', 0):.1f} us back to back over "
+            f"{ce.get('ranks', 0)} ranks; sync wait "
+            f"{m.get('sync_wait_per_compute', 0):.4f} s per s of compute and "
+            f"{m.get('sync_wait_per_meeting_us', 0):.1f} us per meeting; time sharing: handoff "
+            f"{ts.get('handoff_us', 0):.1f} us yielding, {ts.get('handoff_spin_us', 0):.1f} us spinning, compute "
+            f"x{ts.get('compute_ratio', 0):.2f} at {ts.get('ranks_per_core', 0)} ranks per core.")
 
 
 def ratio(m, p):

@@ -59,6 +59,9 @@ struct TermContext {
   // collective_handoffs of them at `ranks_per_core` (handoff_wait_s). Included in core_sharing: time_shared's compute.
   double handoff_s = 0;
   double ranks_per_core = 1.0;
+  // The same where the holder is itself waiting at the meeting (the profile's yielding handoff): the unit of expert
+  // parallelism's exchanges, whose every peer polls with a yield once there (ep_meeting_wait_s); 0 otherwise.
+  double ep_handoff_s = 0;
   // The plan's ranks on the node over the profile's cores where they outnumber them (cores_per_node > 0; with or
   // without time_sharing), 1 otherwise: what a pipeline transfer's receiver waits for its core's holder
   // (core_holder_wait_s).
@@ -99,6 +102,7 @@ bool streams_the_step(const PlanChoice& choice, int zero, bool per_microbatch, d
 struct TimeShared {
   double compute = 1.0, handoff_s = 0;
   double ranks_per_core = 1.0;  // the plan's ranks on the node over its cores, where they outnumber them; 1 otherwise
+  double handoff_yield_s = 0;   // the measured handoff whose holder is itself waiting (polling with a yield)
 };
 TimeShared time_shared(const HardwareProfile& profile, int ranks_on_node);
 
@@ -172,9 +176,11 @@ BlockCollectives context_parallel_exchange(const TermContext& c, int block, cons
 // Expert parallelism (ep > 1, a block with routed experts; docs/planner.md, "Expert parallelism"): the four
 // all-to-alls per micro-batch, dispatch and combine in F and their gradients in I (a full recompute reruns F's two
 // in I), each of the busiest rank's rows, ep_imbalance × b × T/cp × k rows of D values (ep_all_to_all_s); none
-// hidden under compute. Meetings (meeting_wait_s): the combine in F (the dispatch runs right after the count
-// exchange, whose meeting count_exchange prices), both gradients in I, the rerun's combine under full recomputation;
-// handoffs: every all-to-all. `bytes`: what a rank sends off-rank per step, on average (partition::ep_exchange_bytes).
+// hidden under compute. Meetings (ep_meeting_wait_s): none where the all-to-all is priced on the point-to-point fit
+// (a ping-pong's latency already holds waking the peer); else the combine in F (the dispatch runs right after the
+// count exchange, whose meeting count_exchange prices), both gradients in I, the rerun's combine under full
+// recomputation. Handoffs (ranks outnumbering cores): collective_handoffs for every all-to-all, at the yielding
+// handoff (TermContext::ep_handoff_s). `bytes`: what a rank sends off-rank per step, on average (partition::ep_exchange_bytes).
 // Zero for other blocks and at ep 1.
 BlockCollectives expert_all_to_all(const TermContext& c, int block);
 // One all-to-all whose busiest rank receives `busiest_bytes` (its own rows included) over ep ranks, as the engine
@@ -208,6 +214,12 @@ struct CountExchange;
 // sharing: it is no compute), plus `handoffs` handoffs to a time-shared peer (TermContext::handoff_s; the meetings'
 // collective_handoffs). Zero without the measurements (older profiles, the shipped ones).
 double meeting_wait_s(const TermContext& c, double meetings, double handoffs);
+// The same for expert parallelism's exchanges (its all-to-alls and count exchange): the per-meeting wait × `meetings`
+// and `handoffs` yielding handoffs (TermContext::ep_handoff_s). What an exchange's own time holds where ranks
+// outnumber cores is measured (router log, the last rank to arrive) at a few tens of us per handoff, the yielding
+// kind: when the last rank arrives every peer is polling with a yield; a peer's core held by a computing rank is a
+// wait for that rank's compute, not the exchange's own time (docs/planner.md, "Expert parallelism").
+double ep_meeting_wait_s(const TermContext& c, double meetings, double handoffs);
 // What one collective `e` over `ranks` ranks waits for time-shared peers: handoff_s × collective_handoffs at the
 // plan's ranks per core (collective_handoffs.hpp). Zero where ranks do not outnumber cores or it was not measured.
 double handoff_wait_s(const TermContext& c, Exchange e, int ranks);

@@ -21,11 +21,15 @@ bool has_expert_parallelism(const TermContext& c, int b) {
   return c.choice->ep > 1 && c.plan->spec.blocks[static_cast<std::size_t>(b)].n_experts > 0;
 }
 
+// The exchange's messages priced on the profile's measured point-to-point fit (inside a node).
+bool on_point_to_point_fit(const TermContext& c) {
+  return c.profile->measured.p2p && c.ep_link == &c.profile->intra_node;
+}
+
 }  // namespace
 
 double ep_all_to_all_s(const TermContext& c, double busiest_bytes, int ep) {
-  const auto& p2p = c.profile->measured.p2p;
-  if (p2p && c.ep_link == &c.profile->intra_node) return (ep - 1) * p2p->seconds(busiest_bytes / ep);
+  if (on_point_to_point_fit(c)) return (ep - 1) * c.profile->measured.p2p->seconds(busiest_bytes / ep);
   return c.collective_s(Collective::kReduceScatter, busiest_bytes, ep, *c.ep_link);
 }
 
@@ -42,9 +46,12 @@ BlockCollectives expert_all_to_all(const TermContext& c, int b) {
   x.backward_s = pair;  // their gradients
   x.rerun_s = full ? pair : 0.0;
   // The dispatch follows the count exchange with only the rows' gather between: the peers met there (its meeting is
-  // count_exchange's), so of a forward's two all-to-alls only the combine is a meeting; both gradients are.
-  x.meetings_forward = 1;
-  x.meetings_backward = full ? 3 : 2;
+  // count_exchange's), so of a forward's two all-to-alls only the combine is a meeting; both gradients are. Priced on
+  // the point-to-point fit, none: a ping-pong's latency is a message to a peer blocked in its wait, the meeting's
+  // wake-up included (measured: each all-to-all's own time, the last rank to arrive, at the fit's latency).
+  const bool meet = !on_point_to_point_fit(c);
+  x.meetings_forward = meet ? 1 : 0;
+  x.meetings_backward = meet ? (full ? 3 : 2) : 0;
   const double each = collective_handoffs(Exchange::kAllToAll, choice.ep, c.ranks_per_core);
   x.handoffs_forward = 2 * each;
   x.handoffs_backward = (full ? 4 : 2) * each;
@@ -57,8 +64,8 @@ EpExchangePrice ep_exchange_price(const TermContext& c, const BlockCollectives& 
   EpExchangePrice x;
   if (ep.forward_s + ep.backward_s <= 0) return x;
   x.all_to_all_s = ep.forward_s + ep.backward_s + ep.rerun_s;
-  x.meetings_s = meeting_wait_s(c, ep.meetings_forward, ep.handoffs_forward) +
-                 meeting_wait_s(c, ep.meetings_backward, ep.handoffs_backward);
+  x.meetings_s = ep_meeting_wait_s(c, ep.meetings_forward, ep.handoffs_forward) +
+                 ep_meeting_wait_s(c, ep.meetings_backward, ep.handoffs_backward);
   x.count_exchange_s = counts.forward_s + counts.rerun_s;
   x.peer_wait_s = counts.wait_forward_s + counts.wait_rerun_s +
                   (meet.forward_term == StepTerm::kExpertAllToAll ? meet.forward_s : 0.0) +

@@ -69,9 +69,9 @@ void add_block(const TermContext& c, int b, double warm, StageCosts& st, StageBl
   st.input_grad.hidden_at(T::kContextParallel) += cp.hidden_backward_s;
   st.forward.hidden_at(T::kTensorParallel) += tp.hidden_forward_s;
   st.input_grad.hidden_at(T::kTensorParallel) += tp.hidden_backward_s;
-  st.forward[T::kExpertAllToAll] += ep.forward_s + meeting_wait_s(c, ep.meetings_forward, ep.handoffs_forward);
+  st.forward[T::kExpertAllToAll] += ep.forward_s + ep_meeting_wait_s(c, ep.meetings_forward, ep.handoffs_forward);
   st.input_grad[T::kExpertAllToAll] +=
-      ep.backward_s + ep.rerun_s + meeting_wait_s(c, ep.meetings_backward, ep.handoffs_backward);
+      ep.backward_s + ep.rerun_s + ep_meeting_wait_s(c, ep.meetings_backward, ep.handoffs_backward);
   const CountExchange counts = expert_count_exchange(c, b, even);  // before each dispatch: latency and a meeting
   st.forward[T::kCountExchange] += counts.forward_s + counts.wait_forward_s;
   st.input_grad[T::kCountExchange] += counts.rerun_s + counts.wait_rerun_s;

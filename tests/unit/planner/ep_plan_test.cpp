@@ -187,8 +187,9 @@ TEST_F(EpPlanSearch, PricesTheCountExchangeAsALatencyAndAMeeting) {
   EXPECT_NEAR(estimate_plan(config, {}, c, fitted, options).breakdown[StepTerm::kCountExchange],
               2 * 2 * (2.6e-5 + 32 / 2e9), 1e-15);
   // The profile's own timing of the exchange replaces the fit (over 4 ranks: 3 messages a rank, 1 of them at ep 2),
-  // and with a per-meeting wait each exchange waits it once, and 3 of the 4 all-to-alls of a block and micro-batch
-  // too: the combine and both gradients; the dispatch follows the count exchange, whose meeting it shares.
+  // and with a per-meeting wait each exchange waits it once. The all-to-alls, priced here on the point-to-point fit
+  // (a ping-pong's latency, the peer's wake-up in it), wait none; on the link, 3 of the 4 of a block and micro-batch
+  // do: the combine and both gradients (the dispatch follows the count exchange, whose meeting it shares).
   HardwareProfile timed = fitted;
   timed.measured.count_exchange_s = 6e-6, timed.measured.count_exchange_ranks = 4;
   const PlanEstimate t = estimate_plan(config, {}, c, timed, options);
@@ -196,7 +197,14 @@ TEST_F(EpPlanSearch, PricesTheCountExchangeAsALatencyAndAMeeting) {
   timed.measured.sync_wait_per_meeting_s = 3e-5;
   const PlanEstimate w = estimate_plan(config, {}, c, timed, options);
   EXPECT_NEAR(w.breakdown[StepTerm::kCountExchange], 2 * 2 * (2e-6 + 3e-5), 1e-15);
-  EXPECT_NEAR(w.breakdown[StepTerm::kExpertAllToAll] - t.breakdown[StepTerm::kExpertAllToAll], 2 * 2 * 3 * 3e-5, 1e-12);
+  EXPECT_NEAR(w.breakdown[StepTerm::kExpertAllToAll], t.breakdown[StepTerm::kExpertAllToAll], 1e-15);
+  HardwareProfile linked = old;
+  const PlanEstimate l0 = estimate_plan(config, {}, c, linked, options);
+  linked.measured.sync_wait_per_meeting_s = 3e-5;
+  const PlanEstimate l1 = estimate_plan(config, {}, c, linked, options);
+  EXPECT_NEAR(l1.breakdown[StepTerm::kExpertAllToAll] - l0.breakdown[StepTerm::kExpertAllToAll], 2 * 2 * 3 * 3e-5,
+              1e-12);
+  EXPECT_NEAR(l1.ep_exchange.meetings_s, 3 * 3e-5, 1e-15);
 
   const PlanEstimate b = estimate_plan(config, {}, c, meet, options);
   ASSERT_TRUE(b.valid) << b.reason;
@@ -272,6 +280,32 @@ TEST_F(EpPlanSearch, SplitsOneBlocksExchangesIntoTheirOwnTimeAndTheWaits) {
     const double expert_flops = 3.0 * 2 * 16 * 2 * 32 * 64;  // gate, up, down over T·k rows, micro-batch 1
     EXPECT_NEAR(e.ep_exchange.imbalance_wait_s, (f - 1) * 3 * expert_flops / rate, 1e-12) << f;
   }
+}
+
+// More ranks than cores (4 on 2, rho 2, the profile's time sharing measured): each all-to-all and count exchange of
+// 4 ranks waits collective_handoffs = 1 + (4 - 2)(1 - 1/2) = 2 handoffs of the yielding kind (25 us), not the
+// spinning one (500 us) the other collectives take; by hand per moe block and micro-batch: 4 all-to-alls x 2 and
+// the count exchange's 2.
+TEST_F(EpPlanSearch, OversubscribedExchangesWaitYieldingHandoffs) {
+  const std::string config = write("moe.json", kMoe);
+  HardwareProfile p = profile(2e-5, 2e9);
+  p.device_type = DeviceType::kCpu;
+  p.cores_per_node = 2;
+  p.measured_ranks_per_node = 2;
+  p.measured.ranks = 2;
+  SearchOptions options{4, 0};
+  options.ep_imbalance = 1.0;
+  PlanChoice c = choice_of_config(config, {}, 4);
+  c.ep = 4;
+  const PlanEstimate before = estimate_plan(config, {}, c, p, options);
+  ASSERT_TRUE(before.valid) << before.reason;
+  EXPECT_EQ(before.ep_exchange.meetings_s, 0.0);
+  p.measured.time_sharing = partition::MeasuredCosts::TimeSharing{2, 2.0, 25e-6, 500e-6, "recorded"};
+  const PlanEstimate shared = estimate_plan(config, {}, c, p, options);
+  ASSERT_TRUE(shared.valid) << shared.reason;
+  EXPECT_NEAR(shared.ep_exchange.meetings_s, 4 * 2 * 25e-6, 1e-15);
+  EXPECT_NEAR(shared.ep_exchange.count_exchange_s - before.ep_exchange.count_exchange_s, 2 * 25e-6, 1e-15);
+  EXPECT_NEAR(shared.ep_exchange.all_to_all_s, before.ep_exchange.all_to_all_s, 1e-18);
 }
 
 // Gradient reduction with ep (step_terms.hpp, expert_gradient_reduction): the non-expert gradients over the dp 4

@@ -231,9 +231,9 @@ SyncWait peer_sync_wait(const TermContext& c, const BlockCompute& compute, const
 // full recomputation. Its latency inside a node is the profile's measured count exchange (count_exchange over its
 // ranks, × (ep - 1) / (ranks - 1) at another ep) and one meeting's wait (ep_meeting_wait_s: its handoffs the
 // yielding kind); from a profile without it, ep - 1 messages of 8·E / ep bytes, (ep - 1)(α + 8·E / ep / β), on
-// the profile's measured point-to-point fit inside a node, else the ring price of a reduce-scatter of 8·E bytes over the ep link (the same figure); as a meeting it is
-// where the pass's compute before it is waited for: the profile's
-// sync_wait_per_compute × the core sharing × the block's F less the expert GEMMs' FLOP share of its
+// the profile's measured point-to-point fit inside a node, else the ring price of a reduce-scatter of 8·E bytes
+// over the ep link (the same figure); as a meeting it is where the pass's compute before it is waited for: the
+// profile's sync_wait_per_compute × the core sharing × the block's F less the expert GEMMs' FLOP share of its
 // attention-probabilities-free part (expert_gemm_fraction; the same on every ep rank: `compute`, the mean rows'),
 // the rerun's likewise; the expert GEMMs' wait stays at the combine (peer_sync_wait). Zero at ep 1 and for blocks
 // without routed experts; the wait zero without the measurement.

@@ -180,8 +180,8 @@ BlockCollectives context_parallel_exchange(const TermContext& c, int block, cons
 // (a ping-pong's latency already holds waking the peer); else the combine in F (the dispatch runs right after the
 // count exchange, whose meeting count_exchange prices), both gradients in I, the rerun's combine under full
 // recomputation. Handoffs (ranks outnumbering cores): collective_handoffs for every all-to-all, at the yielding
-// handoff (TermContext::ep_handoff_s). `bytes`: what a rank sends off-rank per step, on average (partition::ep_exchange_bytes).
-// Zero for other blocks and at ep 1.
+// handoff (TermContext::ep_handoff_s). `bytes`: what a rank sends off-rank per step, on average
+// (partition::ep_exchange_bytes). Zero for other blocks and at ep 1.
 BlockCollectives expert_all_to_all(const TermContext& c, int block);
 // One all-to-all whose busiest rank receives `busiest_bytes` (its own rows included) over ep ranks, as the engine
 // runs it (every message of the exchange posted at once, mpi_collectives.cpp): inside a node on a profile with a

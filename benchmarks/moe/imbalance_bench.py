@@ -4,14 +4,23 @@
 model of bench_moe.json on EP ranks (mpirun, world = ep, so dp = ep and one expert-dp replica), read what every
 rank's dispatch moved from metrics.jsonl (moe_ep_rows_b<i>_s<s>_d<d>, moe_ep_bytes_...: per step, summed over
 the micro-batches), and check it EQUALS what the oracle (oracle.py, independent of the engine) says the workload
-must move; then put the measured all-to-all time per step (moe_ep_all_to_all_ms, when the run reports it)
-beside the planner's prediction (`cleave simulate --config --json`: ep_all_to_all_s per moe block and
-micro-batch, at --ep-imbalance equal to the workload's exact imbalance and at the default).
+must move; then put the measured exchange time per step beside the planner's prediction.
 
-Exit status 1 on any count or byte mismatch (the oracle check is exact); timings are reported, not asserted.
+Measured (metrics.jsonl, mean over ranks, per step): moe_ep_all_to_all_ms, a rank's wall time in the count
+exchanges, dispatches and combines, forward and backward, split by the router log into the wait for the last peer
+(moe_ep_all_to_all_wait_ms: per call, the rank's time less the shortest any rank of the ep group spent in it) and
+the rest, the exchanges' own time. Predicted (`cleave simulate --config --json --profile P`, ep_exchange_s: one moe
+block per micro-batch, x blocks x micro-batches): `own` (the four all-to-alls, one message per peer on the
+profile's point-to-point fit; their meetings; the count exchange) and `wait` (the peers' lost time from the
+profile's sync_wait_per_compute, and the busiest rank's extra expert compute at the workload's exact imbalance).
+P: --profile, else one measured first (`cleave profile bench_moe.json` on 2 ranks, about 10 s).
+
+Exit status 1 on any count or byte mismatch (the oracle check is exact) or a run without the split fields;
+timings are reported, not asserted.
 
   benchmarks/moe/imbalance_bench.py BUILD_DIR [--eps 2,4] [--workloads uniform,zipf,...] [--steps 4]
-                                    [--rounds 1] [--smoke] [--markdown] [--launcher "mpirun --oversubscribe"]
+                                    [--rounds 1] [--profile FILE] [--smoke] [--markdown]
+                                    [--launcher "mpirun --oversubscribe"]
 --smoke: one workload (zipf), ep 2, 3 steps: the ctest entry moe_imbalance_bench_smoke.
 --rounds R: R interleaved rounds (each round runs every (ep, workload) cell once, in the same order), every run
 checked against the oracle first; a cell's measured time is the median over rounds of each run's median over
@@ -47,8 +56,24 @@ def run_train(launcher, cleave, config, ep, workload, steps, out_dir):
                           f"batch.global_batch_size={4 * ep}", f"train.steps={steps}"], out_dir)
 
 
-def predicted(cleave, config, ep, imbalance):
-    cmd = [cleave, "simulate", "--config", config, "--world", str(ep), "--json",
+KINDS = ("count_exchange", "dispatch", "combine", "dispatch_grad", "combine_grad")
+
+
+def measure_profile(launcher, cleave, config, out):
+    """`cleave profile` of the benchmark's model on 2 ranks (the planner's measured fits, waits and time sharing)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    cmd = launcher.split() + ["-np", "2", "--mca", "btl", "self,vader", cleave, "profile", config, "--out", out,
+                              "--tp", "1", "--micro-batches", "2", "--set", "parallel.expert_model_parallel_size=2",
+                              "--set", "batch.global_batch_size=8"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"imbalance_bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return out
+
+
+def predicted(cleave, config, ep, imbalance, profile):
+    cmd = [cleave, "simulate", "--config", config, "--world", str(ep), "--json", "--profile", profile,
            "--set", f"parallel.expert_model_parallel_size={ep}", "--set", f"batch.global_batch_size={4 * ep}"]
     if imbalance:
         cmd += ["--ep-imbalance", f"{imbalance:.6f}"]
@@ -84,6 +109,21 @@ def check(metrics, cfg, ep, workload, micro_batches):
     return wrong, compared, imbalances
 
 
+def split_of(metrics):
+    """Per-step medians (steps 2..) of the measured total, wait and own time, and of each kind's own and wait, in ms;
+    None when the run reports no split (an engine without the router log's kinds)."""
+    steady = metrics[1:]
+    if not steady or any("moe_ep_all_to_all_wait_ms" not in r for r in steady):
+        return None
+    med = lambda key: statistics.median(key(r) for r in steady)  # noqa: E731
+    out = {"total": med(lambda r: r["moe_ep_all_to_all_ms"]), "wait": med(lambda r: r["moe_ep_all_to_all_wait_ms"]),
+           "own": med(lambda r: r["moe_ep_all_to_all_ms"] - r["moe_ep_all_to_all_wait_ms"])}
+    for k in KINDS:
+        out[k + "_own"] = med(lambda r: r[f"moe_ep_{k}_ms"] - r[f"moe_ep_{k}_wait_ms"])
+        out[k + "_wait"] = med(lambda r: r[f"moe_ep_{k}_wait_ms"])
+    return out
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("build")
@@ -94,6 +134,7 @@ def main(argv):
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--launcher", default="mpirun --oversubscribe", help="MPI launcher; -np EP is appended")
     p.add_argument("--markdown", action="store_true")
+    p.add_argument("--profile", help="hardware profile for the prediction (default: measure one on 2 ranks first)")
     a = p.parse_args(argv)
     if a.smoke:
         a.eps, a.workloads, a.steps, a.rounds = "2", "zipf", 3, 1
@@ -105,8 +146,10 @@ def main(argv):
     cells = [(ep, f"empty_rank:{ep}" if name == "empty_rank" else name)
              for ep in (int(x) for x in a.eps.split(",")) for name in a.workloads.split(",")]
     micro_batches = 4 // cfg["batch"]["micro_batch_size"]  # global 4·ep samples over dp = ep ranks
-    runs = {cell: [] for cell in cells}  # cell -> [(wrong, compared, imbalances, per-round median ms)]
+    runs = {cell: [] for cell in cells}  # cell -> [(wrong, compared, imbalances, split_of(metrics))]
     failed = False
+    scratch = tempfile.TemporaryDirectory()
+    profile = a.profile or measure_profile(a.launcher, cleave, config, os.path.join(scratch.name, "profile.json"))
     for _ in range(a.rounds):  # interleaved: every cell once per round, so drift on the machine hits all alike
         for ep, workload in cells:
             with tempfile.TemporaryDirectory() as tmp:
@@ -115,41 +158,82 @@ def main(argv):
             failed = failed or bool(wrong)
             for w in wrong[:10]:
                 print(f"MISMATCH ep{ep} {workload}: {w}", file=sys.stderr)
-            measured = [r["moe_ep_all_to_all_ms"] for r in metrics[1:] if "moe_ep_all_to_all_ms" in r]
-            runs[(ep, workload)].append((wrong, compared, imbalances,
-                                         statistics.median(measured) if measured else None))
+            split = split_of(metrics)
+            if split is None:
+                failed = True
+                print(f"MISSING ep{ep} {workload}: metrics.jsonl has no moe_ep_all_to_all_wait_ms", file=sys.stderr)
+            runs[(ep, workload)].append((wrong, compared, imbalances, split))
     rows_out = []
+    per_step = cfg["model"]["n_layers"] * micro_batches  # moe blocks x micro-batches
     for ep, workload in cells:
         cell = runs[(ep, workload)]
         exact = statistics.mean(cell[0][2])
-        per_round = [c[3] for c in cell if c[3] is not None]
-        per_step = cfg["model"]["n_layers"] * micro_batches  # moe blocks x micro-batches
-        at_exact = predicted(cleave, config, ep, exact)["ep_all_to_all_s"] * per_step * 1e3
-        at_default = predicted(cleave, config, ep, 0)
+        splits = [c[3] for c in cell if c[3] is not None]
+        med = lambda key: statistics.median(sp[key] for sp in splits) if splits else None  # noqa: E731
+        price = predicted(cleave, config, ep, exact, profile)
+        priced = {k: v * per_step * 1e3 for k, v in price["ep_exchange_s"].items()}
         rows_out.append({
             "ep": ep, "workload": workload, "steps": a.steps, "rounds": len(cell),
             "compared": sum(c[1] for c in cell), "mismatches": sum(len(c[0]) for c in cell), "imbalance": exact,
-            "measured_ms": statistics.median(per_round) if per_round else None,
-            "measured_rounds_ms": per_round,
-            "predicted_ms": at_exact,
-            "default_imbalance": at_default["ep_imbalance"],
-            "predicted_default_ms": at_default["ep_all_to_all_s"] * per_step * 1e3,
+            "measured_ms": {k: med(k) for k in (["total", "own", "wait"] + [f"{k}_{w}" for k in KINDS
+                                                                               for w in ("own", "wait")])},
+            "measured_rounds_total_ms": [sp["total"] for sp in splits],
+            "predicted_ms": priced,
+            "predicted_step_ms": price["step_s"] * 1e3,
+            "profile": price["profile"],
         })
     if a.markdown:
-        print("| ep | workload | fields checked | mismatches | imbalance (max/mean rows) | all-to-alls per step, measured ms (median over rounds) | per-round medians ms | measured / predicted | predicted ms at that imbalance | predicted ms at the default (f) |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
-        for r in rows_out:
-            meas = f"{r['measured_ms']:.3f}" if r["measured_ms"] is not None else "-"
-            spread = " ".join(f"{x:.3f}" for x in r["measured_rounds_ms"]) or "-"
-            ratio = f"{r['measured_ms'] / r['predicted_ms']:.2f}" if r["measured_ms"] is not None else "-"
-            print(f"| {r['ep']} | {r['workload']} | {r['compared']} | {r['mismatches']} | {r['imbalance']:.3f} | {meas} | "
-                  f"{spread} | {ratio} | "
-                  f"{r['predicted_ms']:.3f} | {r['predicted_default_ms']:.3f} ({r['default_imbalance']:.3f}) |")
+        print(profile_line(profile))
+        print()
+        print_markdown(rows_out)
     else:
         print(json.dumps(rows_out, indent=1))
-    print("imbalance_bench: " + ("FAILED: moved rows differ from the oracle" if failed else
+    print("imbalance_bench: " + ("FAILED: moved rows differ from the oracle, or a run had no wait split" if failed else
                                  f"every moved row and byte equals the oracle's ({sum(r['compared'] for r in rows_out)} fields)"))
     return 1 if failed else 0
+
+
+def profile_line(path):
+    """The profile's figures the exchanges are priced from, one line."""
+    m = load(path).get("measured", {})
+    p2p, ts, ce = m.get("p2p", {}), m.get("time_sharing") or {}, m.get("count_exchange") or {}
+    return (f"Profile ({path}): point-to-point {p2p.get('latency_us', 0):.1f} us + bytes / "
+            f"{p2p.get('bandwidth_GBps', 0):.2f} GB/s; count exchange {ce.get('latency_us', 0):.1f} us back to back over "
+            f"{ce.get('ranks', 0)} ranks; sync wait "
+            f"{m.get('sync_wait_per_compute', 0):.4f} s per s of compute and "
+            f"{m.get('sync_wait_per_meeting_us', 0):.1f} us per meeting; time sharing: handoff "
+            f"{ts.get('handoff_us', 0):.1f} us yielding, {ts.get('handoff_spin_us', 0):.1f} us spinning, compute "
+            f"x{ts.get('compute_ratio', 0):.2f} at {ts.get('ranks_per_core', 0)} ranks per core.")
+
+
+def ratio(m, p):
+    return f"{m / p:.2f}" if m is not None and p > 0 else "-"
+
+
+def print_markdown(rows_out):
+    print("| ep | workload | fields checked | mismatches | imbalance | measured own ms | predicted own ms | own meas / pred | "
+          "measured wait ms | predicted wait ms (peers + imbalance) | measured total ms | predicted total ms | "
+          "total meas / pred | per-round totals ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows_out:
+        m, p = r["measured_ms"], r["predicted_ms"]
+        f = lambda v: f"{v:.3f}" if v is not None else "-"  # noqa: E731
+        spread = " ".join(f"{x:.3f}" for x in r["measured_rounds_total_ms"]) or "-"
+        print(f"| {r['ep']} | {r['workload']} | {r['compared']} | {r['mismatches']} | {r['imbalance']:.3f} | "
+              f"{f(m['own'])} | {p['own']:.3f} | {ratio(m['own'], p['own'])} | {f(m['wait'])} | "
+              f"{p['wait']:.3f} ({p['peer_wait']:.3f} + {p['imbalance_wait']:.3f}) | {f(m['total'])} | "
+              f"{p['own'] + p['wait']:.3f} | {ratio(m['total'], p['own'] + p['wait'])} | {spread} |")
+    print()
+    print("Measured per kind, own / wait ms per step (medians):")
+    print()
+    print("| ep | workload | " + " | ".join(KINDS) + " | predicted: all-to-alls + meetings + count exchange ms |")
+    print("|---|---|" + "---|" * len(KINDS) + "---|")
+    for r in rows_out:
+        m, p = r["measured_ms"], r["predicted_ms"]
+        cells = " | ".join(f"{m[k + '_own']:.3f} / {m[k + '_wait']:.3f}" if m[k + "_own"] is not None else "-"
+                           for k in KINDS)
+        print(f"| {r['ep']} | {r['workload']} | {cells} | {p['all_to_all']:.3f} + {p['meetings']:.3f} + "
+              f"{p['count_exchange']:.3f} |")
 
 
 if __name__ == "__main__":

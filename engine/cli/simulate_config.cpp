@@ -300,8 +300,8 @@ nlohmann::json ranks_json(const planner::PlanDetails& details) {
   return ranks;
 }
 
-// --json: one object with the plan, the pricing options, the estimate, its breakdown and the ranks' memory.
-nlohmann::json simulated_json(const Simulated& s) {
+// The --json object's fields but ep_exchange_s (simulated_json).
+nlohmann::json simulated_fields(const Simulated& s) {
   const planner::PlanChoice& choice = s.choice;
   const planner::PlanEstimate& e = s.estimate;
   const planner::SearchOptions& options = s.options;
@@ -341,6 +341,22 @@ nlohmann::json simulated_json(const Simulated& s) {
           {"memory_limit", options.memory_limit},
           {"breakdown_s", breakdown_json(e.breakdown)},
           {"ranks", ranks_json(s.details)}};
+}
+
+// Under ep: one moe block's exchanges per micro-batch, their own time and the waits at them (EpExchangePrice), the
+// split the router log measures (moe_ep_<kind>_ms, moe_ep_<kind>_wait_ms).
+nlohmann::json ep_exchange_json(const planner::EpExchangePrice& x) {
+  return {{"all_to_all", x.all_to_all_s}, {"meetings", x.meetings_s},         {"count_exchange", x.count_exchange_s},
+          {"own", x.own_s()},             {"peer_wait", x.peer_wait_s},       {"imbalance_wait", x.imbalance_wait_s},
+          {"wait", x.wait_s()}};
+}
+
+// --json: one object with the plan, the pricing options, the estimate, its breakdown and the ranks' memory (and,
+// under ep, ep_exchange_s).
+nlohmann::json simulated_json(const Simulated& s) {
+  nlohmann::json j = simulated_fields(s);
+  if (s.choice.ep > 1) j["ep_exchange_s"] = ep_exchange_json(s.estimate.ep_exchange);
+  return j;
 }
 
 // Per pp rank, one line: the memory plan's total and its categories, the cp K/V exchange, the timeline's peak.

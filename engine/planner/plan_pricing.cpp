@@ -35,7 +35,10 @@ void share_time_slices(const HardwareProfile& profile, PlanEstimate& est) {
 // four all-to-alls per micro-batch (the first moe block's).
 void record_traffic(const TermContext& terms, const std::vector<StageCosts>& stages, PlanEstimate& est) {
   const int pp = terms.choice->pp;
-  for (const StageCosts& st : stages) est.comm_bytes += st.comm_bytes / pp;
+  for (const StageCosts& st : stages) {
+    est.comm_bytes += st.comm_bytes / pp;
+    if (est.ep_exchange.all_to_all_s == 0) est.ep_exchange = st.ep_exchange;  // the first stage with a moe block
+  }
   est.ep_imbalance = terms.ep_imbalance;
   for (int b = 0; b < static_cast<int>(terms.plan->spec.blocks.size()) && est.ep_all_to_all_s == 0; ++b) {
     const BlockCollectives x = expert_all_to_all(terms, b);  // one moe block's four, per micro-batch

@@ -65,6 +65,22 @@ struct PlanChoice {
   config::RunConfig apply_to(const config::RunConfig& base) const;
 };
 
+// Expert parallelism: one moe block's exchanges per micro-batch (the first moe block of the first stage with one; zeros
+// without ep), split into what the exchanges cost and what a rank waits at them for its peers' compute, the split
+// the router log's moe_ep_<kind>_ms and moe_ep_<kind>_wait_ms measure (engine/train/router_metrics.hpp).
+struct EpExchangePrice {
+  double all_to_all_s = 0;     // the four all-to-alls' latency and bytes (ep_all_to_all_s), with a full rerun's two
+  double meetings_s = 0;       // their meetings: sync_wait_per_meeting and the handoffs to time-shared peers
+  double count_exchange_s = 0; // the count exchange with its meeting (F, and the rerun's under full recomputation)
+  double peer_wait_s = 0;      // the peers' lost time (sync_wait_per_compute) waited at the count exchange and here
+  // The busiest ep rank's extra expert compute over the mean rank's (expert_imbalance_compute less the mean rows'),
+  // F, I with its rerun and W, at the core sharing: what the ranks wait for it at the exchanges, on average over the
+  // ep ranks (the busiest waits none, the mean rank all of it, and max - mean is the mean of max - each).
+  double imbalance_wait_s = 0;
+  double own_s() const { return all_to_all_s + meetings_s + count_exchange_s; }
+  double wait_s() const { return peer_wait_s + imbalance_wait_s; }
+};
+
 struct PlanEstimate {
   PlanChoice choice;
   bool valid = false;          // the engine accepts the layout (else `reason` says why)
@@ -88,6 +104,7 @@ struct PlanEstimate {
   // The four all-to-alls of one moe block and micro-batch on the busiest ep rank, forward and backward (0 at ep 1);
   // over the step they are breakdown's expert_all_to_all term (in breakdown.tp_comm_s with the tp and cp exchanges).
   double ep_all_to_all_s = 0;
+  EpExchangePrice ep_exchange;  // the same block's exchanges, split into their own time and the waits at them
   // Ranks on a node and its cores (0 = a device per rank); compute and the optimizer step are priced
   // core_sharing times what the profile measured (HardwareProfile::core_sharing); oversubscribed() when ranks
   // outnumber cores.

@@ -77,6 +77,7 @@ TermContext make_term_context(const run_plan::Plan& plan, const config::RunConfi
                                             : profile.measured.compute_stretch);
   const TimeShared shared = time_shared(profile, std::min(options.world, std::max(1, profile.ranks_per_node)));
   c.handoff_s = shared.handoff_s;
+  c.ep_handoff_s = shared.handoff_yield_s;
   c.ranks_per_core = shared.ranks_per_core;
   const int ranks_on_node = std::min(options.world, std::max(1, profile.ranks_per_node));
   if (profile.cores_per_node > 0 && ranks_on_node > profile.cores_per_node) {

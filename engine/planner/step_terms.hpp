@@ -59,6 +59,9 @@ struct TermContext {
   // collective_handoffs of them at `ranks_per_core` (handoff_wait_s). Included in core_sharing: time_shared's compute.
   double handoff_s = 0;
   double ranks_per_core = 1.0;
+  // The same where the holder is itself waiting at the meeting (the profile's yielding handoff): the unit of expert
+  // parallelism's exchanges, whose every peer polls with a yield once there (ep_meeting_wait_s); 0 otherwise.
+  double ep_handoff_s = 0;
   // The plan's ranks on the node over the profile's cores where they outnumber them (cores_per_node > 0; with or
   // without time_sharing), 1 otherwise: what a pipeline transfer's receiver waits for its core's holder
   // (core_holder_wait_s).
@@ -99,6 +102,7 @@ bool streams_the_step(const PlanChoice& choice, int zero, bool per_microbatch, d
 struct TimeShared {
   double compute = 1.0, handoff_s = 0;
   double ranks_per_core = 1.0;  // the plan's ranks on the node over its cores, where they outnumber them; 1 otherwise
+  double handoff_yield_s = 0;   // the measured handoff whose holder is itself waiting (polling with a yield)
 };
 TimeShared time_shared(const HardwareProfile& profile, int ranks_on_node);
 
@@ -172,10 +176,21 @@ BlockCollectives tensor_parallel_overlap(const TermContext& c, const BlockCollec
 BlockCollectives context_parallel_exchange(const TermContext& c, int block, const BlockCompute& compute);
 // Expert parallelism (ep > 1, a block with routed experts; docs/planner.md, "Expert parallelism"): the four
 // all-to-alls per micro-batch, dispatch and combine in F and their gradients in I (a full recompute reruns F's two
-// in I), each of the busiest rank's rows, ep_imbalance × b × T/cp × k rows of D values, priced as a reduce-scatter
-// of those bytes over the ep ranks (the profile's fits inside a node); none hidden under compute. `bytes`: what a
-// rank sends off-rank per step, on average (partition::ep_exchange_bytes). Zero for other blocks and at ep 1.
+// in I), each of the busiest rank's rows, ep_imbalance × b × T/cp × k rows of D values (ep_all_to_all_s); none
+// hidden under compute. Meetings (ep_meeting_wait_s): none where the all-to-all is priced on the point-to-point fit
+// (a ping-pong's latency already holds waking the peer); else the combine in F (the dispatch runs right after the
+// count exchange, whose meeting count_exchange prices), both gradients in I, the rerun's combine under full
+// recomputation. Handoffs (ranks outnumbering cores): collective_handoffs for every all-to-all, at the yielding
+// handoff (TermContext::ep_handoff_s). `bytes`: what a rank sends off-rank per step, on average
+// (partition::ep_exchange_bytes). Zero for other blocks and at ep 1.
 BlockCollectives expert_all_to_all(const TermContext& c, int block);
+// One all-to-all whose busiest rank receives `busiest_bytes` (its own rows included) over ep ranks, as the engine
+// runs it (every message of the exchange posted at once, mpi_collectives.cpp): inside a node on a profile with a
+// measured point-to-point fit, ep - 1 messages of busiest_bytes / ep each, (ep - 1)(α + busiest_bytes / ep / β)
+// (the collective fits' intercepts, fitted from 4 KiB up, are no measure of the few-KiB messages of a moe block:
+// count_exchange's rule); else a reduce-scatter of those bytes over the ep link (TermContext::collective_s: the
+// profile's fit, or the ring formula, the same figure on a link).
+double ep_all_to_all_s(const TermContext& c, double busiest_bytes, int ep);
 // The busiest ep rank's compute of a block with routed experts: its expert GEMMs (gate, up, down: 3 per pass,
 // 2·T·k·D·F / tp FLOPs each per sample) run ep_imbalance × the mean rows, so each pass of `compute` (without the
 // attention-probabilities part) grows by (ep_imbalance - 1) × the expert GEMMs' FLOP share of that pass (capped at
@@ -200,6 +215,12 @@ struct CountExchange;
 // sharing: it is no compute), plus `handoffs` handoffs to a time-shared peer (TermContext::handoff_s; the meetings'
 // collective_handoffs). Zero without the measurements (older profiles, the shipped ones).
 double meeting_wait_s(const TermContext& c, double meetings, double handoffs);
+// The same for expert parallelism's exchanges (its all-to-alls and count exchange): the per-meeting wait × `meetings`
+// and `handoffs` yielding handoffs (TermContext::ep_handoff_s). What an exchange's own time holds where ranks
+// outnumber cores is measured (router log, the last rank to arrive) at a few tens of us per handoff, the yielding
+// kind: when the last rank arrives every peer is polling with a yield; a peer's core held by a computing rank is a
+// wait for that rank's compute, not the exchange's own time (docs/planner.md, "Expert parallelism").
+double ep_meeting_wait_s(const TermContext& c, double meetings, double handoffs);
 // What one collective `e` over `ranks` ranks waits for time-shared peers: handoff_s × collective_handoffs at the
 // plan's ranks per core (collective_handoffs.hpp). Zero where ranks do not outnumber cores or it was not measured.
 double handoff_wait_s(const TermContext& c, Exchange e, int ranks);
@@ -209,11 +230,11 @@ SyncWait peer_sync_wait(const TermContext& c, const BlockCompute& compute, const
 // before each dispatch the ep ranks exchange their routed-row counts per expert (layers/moe/expert_dispatch.cpp,
 // plan_dispatch: an all-to-all of E int64 per rank), once per micro-batch in F and again in I's forward rerun under
 // full recomputation. Its latency inside a node is the profile's measured count exchange (count_exchange over its
-// ranks, × (ep - 1) / (ranks - 1) at another ep) and one meeting's wait (meeting_wait_s); from a profile without it,
-// ep - 1 messages of 8·E / ep bytes, (ep - 1)(α + 8·E / ep / β), on the profile's measured point-to-point fit inside
-// a node, else the ring price of a reduce-scatter of 8·E bytes over the ep link (the same figure); as a meeting it is
-// where the pass's compute before it is waited for: the profile's
-// sync_wait_per_compute × the core sharing × the block's F less the expert GEMMs' FLOP share of its
+// ranks, × (ep - 1) / (ranks - 1) at another ep) and one meeting's wait (ep_meeting_wait_s: its handoffs the
+// yielding kind); from a profile without it, ep - 1 messages of 8·E / ep bytes, (ep - 1)(α + 8·E / ep / β), on
+// the profile's measured point-to-point fit inside a node, else the ring price of a reduce-scatter of 8·E bytes
+// over the ep link (the same figure); as a meeting it is where the pass's compute before it is waited for: the
+// profile's sync_wait_per_compute × the core sharing × the block's F less the expert GEMMs' FLOP share of its
 // attention-probabilities-free part (expert_gemm_fraction; the same on every ep rank: `compute`, the mean rows'),
 // the rerun's likewise; the expert GEMMs' wait stays at the combine (peer_sync_wait). Zero at ep 1 and for blocks
 // without routed experts; the wait zero without the measurement.
@@ -223,6 +244,11 @@ struct CountExchange {
   double bytes = 0;                             // sent off-rank per step
 };
 CountExchange expert_count_exchange(const TermContext& c, int block, const BlockCompute& compute);
+// One moe block's exchanges per micro-batch split as PlanEstimate reports them (EpExchangePrice): `ep` and `counts`
+// its all-to-alls and count exchange, `meet` its peer_sync_wait (its ep terms only), `even` and `busiest` its
+// compute at the mean and the busiest rank's rows (block_compute, expert_imbalance_compute). Zeros at ep 1.
+EpExchangePrice ep_exchange_price(const TermContext& c, const BlockCollectives& ep, const CountExchange& counts,
+                                  const SyncWait& meet, const BlockCompute& even, const BlockCompute& busiest);
 // Of a pass of `pass_flops` FLOPs of a block with routed experts, the share in its expert GEMMs (gate, up, down:
 // 3 per pass, 2·T·k·D·F / tp FLOPs each per sample), capped at 1; 0 for other blocks.
 double expert_gemm_fraction(const TermContext& c, int block, double pass_flops);
@@ -305,6 +331,7 @@ struct StageCosts {
   double params = 0;          // parameter elements of one tp rank
   double expert_params = 0;   // of them, routed experts reduced and sharded over the expert-dp group (ep > 1)
   std::vector<BlockPassSeconds> blocks;  // compute per block kind, per micro-batch, at the core sharing
+  EpExchangePrice ep_exchange;           // the stage's first moe block under ep (ep_exchange_price); zeros otherwise
 };
 // Every stage's costs; `working_set` per pp rank (bytes touched over a step) picks the warm or cold tables.
 std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std::int64_t>& working_set);

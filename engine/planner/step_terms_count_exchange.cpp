@@ -44,7 +44,7 @@ CountExchange expert_count_exchange(const TermContext& c, int b, const BlockComp
   const int ep = c.choice->ep;
   const double bytes = 8.0 * static_cast<double>(block.n_experts);  // one int64 per expert, [ep, E / ep]
   const double handoffs = collective_handoffs(Exchange::kAllToAll, ep, c.ranks_per_core);
-  const double exchange = count_exchange_s(c, bytes, ep) + meeting_wait_s(c, 1, handoffs);  // a meeting of the ep ranks
+  const double exchange = count_exchange_s(c, bytes, ep) + ep_meeting_wait_s(c, 1, handoffs);  // a meeting of the ep ranks
   const bool full = c.choice->recompute == Recompute::kFull;
   x.forward_s = exchange;
   x.rerun_s = full ? exchange : 0.0;

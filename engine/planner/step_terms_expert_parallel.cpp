@@ -21,7 +21,17 @@ bool has_expert_parallelism(const TermContext& c, int b) {
   return c.choice->ep > 1 && c.plan->spec.blocks[static_cast<std::size_t>(b)].n_experts > 0;
 }
 
+// The exchange's messages priced on the profile's measured point-to-point fit (inside a node).
+bool on_point_to_point_fit(const TermContext& c) {
+  return c.profile->measured.p2p && c.ep_link == &c.profile->intra_node;
+}
+
 }  // namespace
+
+double ep_all_to_all_s(const TermContext& c, double busiest_bytes, int ep) {
+  if (on_point_to_point_fit(c)) return (ep - 1) * c.profile->measured.p2p->seconds(busiest_bytes / ep);
+  return c.collective_s(Collective::kReduceScatter, busiest_bytes, ep, *c.ep_link);
+}
 
 BlockCollectives expert_all_to_all(const TermContext& c, int b) {
   BlockCollectives x;
@@ -30,16 +40,39 @@ BlockCollectives expert_all_to_all(const TermContext& c, int b) {
   const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
   const partition::EpExchangeBytes bytes =
       partition::ep_exchange_bytes(block, c.dtype, c.micro, choice.cp, choice.ep, c.ep_imbalance);
-  const double pair = 2 * c.collective_s(Collective::kReduceScatter, bytes.busiest, choice.ep, *c.ep_link);
+  const double pair = 2 * ep_all_to_all_s(c, bytes.busiest, choice.ep);
+  const bool full = choice.recompute == Recompute::kFull;
   x.forward_s = pair;   // dispatch and combine
   x.backward_s = pair;  // their gradients
-  x.rerun_s = choice.recompute == Recompute::kFull ? pair : 0.0;
-  x.meetings_forward = 2;
-  x.meetings_backward = choice.recompute == Recompute::kFull ? 4 : 2;
+  x.rerun_s = full ? pair : 0.0;
+  // The dispatch follows the count exchange with only the rows' gather between: the peers met there (its meeting is
+  // count_exchange's), so of a forward's two all-to-alls only the combine is a meeting; both gradients are. Priced on
+  // the point-to-point fit, none: a ping-pong's latency is a message to a peer blocked in its wait, the meeting's
+  // wake-up included (measured: each all-to-all's own time, the last rank to arrive, at the fit's latency).
+  const bool meet = !on_point_to_point_fit(c);
+  x.meetings_forward = meet ? 1 : 0;
+  x.meetings_backward = meet ? (full ? 3 : 2) : 0;
   const double each = collective_handoffs(Exchange::kAllToAll, choice.ep, c.ranks_per_core);
-  x.handoffs_forward = x.meetings_forward * each;
-  x.handoffs_backward = x.meetings_backward * each;
+  x.handoffs_forward = 2 * each;
+  x.handoffs_backward = (full ? 4 : 2) * each;
   x.bytes = c.micro_batches * 4 * bytes.sent_mean;
+  return x;
+}
+
+EpExchangePrice ep_exchange_price(const TermContext& c, const BlockCollectives& ep, const CountExchange& counts,
+                                  const SyncWait& meet, const BlockCompute& even, const BlockCompute& busiest) {
+  EpExchangePrice x;
+  if (ep.forward_s + ep.backward_s <= 0) return x;
+  x.all_to_all_s = ep.forward_s + ep.backward_s + ep.rerun_s;
+  x.meetings_s = ep_meeting_wait_s(c, ep.meetings_forward, ep.handoffs_forward) +
+                 ep_meeting_wait_s(c, ep.meetings_backward, ep.handoffs_backward);
+  x.count_exchange_s = counts.forward_s + counts.rerun_s;
+  x.peer_wait_s = counts.wait_forward_s + counts.wait_rerun_s +
+                  (meet.forward_term == StepTerm::kExpertAllToAll ? meet.forward_s : 0.0) +
+                  (meet.backward_term == StepTerm::kExpertAllToAll ? meet.backward_s : 0.0);
+  const double extra = (busiest.forward_s - even.forward_s) + (busiest.backward_input_s() - even.backward_input_s()) +
+                       (busiest.weight_grad_s - even.weight_grad_s);
+  x.imbalance_wait_s = c.core_sharing * std::max(0.0, extra);
   return x;
 }
 

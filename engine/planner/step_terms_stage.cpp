@@ -69,15 +69,16 @@ void add_block(const TermContext& c, int b, double warm, StageCosts& st, StageBl
   st.input_grad.hidden_at(T::kContextParallel) += cp.hidden_backward_s;
   st.forward.hidden_at(T::kTensorParallel) += tp.hidden_forward_s;
   st.input_grad.hidden_at(T::kTensorParallel) += tp.hidden_backward_s;
-  st.forward[T::kExpertAllToAll] += ep.forward_s + meeting_wait_s(c, ep.meetings_forward, ep.handoffs_forward);
+  st.forward[T::kExpertAllToAll] += ep.forward_s + ep_meeting_wait_s(c, ep.meetings_forward, ep.handoffs_forward);
   st.input_grad[T::kExpertAllToAll] +=
-      ep.backward_s + ep.rerun_s + meeting_wait_s(c, ep.meetings_backward, ep.handoffs_backward);
+      ep.backward_s + ep.rerun_s + ep_meeting_wait_s(c, ep.meetings_backward, ep.handoffs_backward);
   const CountExchange counts = expert_count_exchange(c, b, even);  // before each dispatch: latency and a meeting
   st.forward[T::kCountExchange] += counts.forward_s + counts.wait_forward_s;
   st.input_grad[T::kCountExchange] += counts.rerun_s + counts.wait_rerun_s;
   const SyncWait meet = peer_sync_wait(c, compute, tp, cp, ep, counts);  // the peers' lost time, at the pass's meetings
   st.forward[meet.forward_term] += meet.forward_s;
   st.input_grad[meet.backward_term] += meet.backward_s;
+  if (st.ep_exchange.all_to_all_s == 0) st.ep_exchange = ep_exchange_price(c, ep, counts, meet, even, compute);
   st.comm_bytes += tp.bytes + cp.bytes + ep.bytes + counts.bytes;
   add_block_seconds(st.blocks, kind);
   blocks.grad_bytes += 4.0 * block_local_params(c, b);  // E / ep of a moe block's experts under ep

@@ -26,6 +26,10 @@ double meeting_wait_s(const TermContext& c, double meetings, double handoffs) {
   return c.profile->measured.sync_wait_per_meeting_s * meetings + c.handoff_s * handoffs;
 }
 
+double ep_meeting_wait_s(const TermContext& c, double meetings, double handoffs) {
+  return c.profile->measured.sync_wait_per_meeting_s * meetings + c.ep_handoff_s * handoffs;
+}
+
 SyncWait peer_sync_wait(const TermContext& c, const BlockCompute& compute, const BlockCollectives& tp,
                         const BlockCollectives& cp, const BlockCollectives& ep, const CountExchange& counts) {
   SyncWait w;

@@ -21,7 +21,7 @@ TimeShared time_shared(const HardwareProfile& profile, int ranks_on_node) {
   // rank's time slice ends: the spinning handoff, where the spinner holds the core as a computing rank does. The
   // yielding handoff is the case where the core's holder is itself waiting; which of the two a meeting meets is not
   // known, and the trials measured waits of the spinning kind (docs/planner.md, "More ranks than cores").
-  return {1.0 + excess * toward, measured->handoff_spin_s, per_core};
+  return {1.0 + excess * toward, measured->handoff_spin_s, per_core, measured->handoff_s};
 }
 
 double handoff_wait_s(const TermContext& c, Exchange e, int ranks) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 
 #include "engine/core/error.hpp"
 #include "engine/train/collectives.hpp"
@@ -43,12 +44,13 @@ void move_bias(layers::Param& bias, const std::vector<double>& counts, double ra
 
 // The vector every rank contributes to the step's one sum: per routed block `per` doubles (the expert counts [E],
 // aux loss, z loss, micro-batches, then under ep the rows and the bytes sent [source][destination], ep² each), then
-// two slots: this rank's all-to-all seconds (all blocks) and 1 for a contributing rank.
+// two slots: this rank's all-to-all seconds (all blocks) and 1 for a contributing rank; then per all-to-all kind its
+// seconds and, of them, the wait for the last peer (AllToAllSplit).
 struct PackedLayout {
   std::size_t blocks, e, ep;
   std::size_t moved() const { return ep > 1 ? 2 * ep * ep : 0; }
   std::size_t per() const { return e + 3 + moved(); }
-  std::size_t size() const { return blocks * per() + 2; }
+  std::size_t size() const { return blocks * per() + 2 + 2 * layers::kNumAllToAllKinds; }
   std::size_t count(std::size_t i, std::size_t x) const { return i * per() + x; }
   std::size_t aux(std::size_t i) const { return i * per() + e; }
   std::size_t z(std::size_t i) const { return i * per() + e + 1; }
@@ -57,11 +59,23 @@ struct PackedLayout {
   std::size_t bytes(std::size_t i, std::size_t src, std::size_t d) const { return rows(i, src, d) + ep * ep; }
   std::size_t all_to_all_s() const { return blocks * per(); }
   std::size_t contributors() const { return blocks * per() + 1; }
+  std::size_t kind_s(std::size_t k) const { return blocks * per() + 2 + k; }
+  std::size_t kind_wait_s(std::size_t k) const { return kind_s(k) + layers::kNumAllToAllKinds; }
 };
+
+// The ep group's shortest time in each of the step's calls (a max-reduce of the negated times over `ep`); the rank's
+// own times without a group. Collective over `ep` (every rank of a group runs the same calls).
+std::vector<double> shortest_over_group(const std::vector<layers::AllToAllCall>& calls, comm::Communicator* ep) {
+  std::vector<double> negated(calls.size());
+  for (std::size_t i = 0; i < calls.size(); ++i) negated[i] = -calls[i].seconds;
+  if (ep != nullptr && ep->size() > 1 && !negated.empty()) negated = reduce_doubles(*ep, negated, comm::ReduceOp::kMax);
+  for (double& x : negated) x = -x;
+  return negated;
+}
 
 // This rank's contribution: its log of each block in `blocks` (zeros for a block it did not route).
 std::vector<double> pack_log(const layers::RouterLog& log, const std::vector<std::string>& blocks,
-                             const PackedLayout& at, std::size_t ep_rank) {
+                             const PackedLayout& at, std::size_t ep_rank, const AllToAllSplit& split) {
   std::vector<double> v(at.size(), 0.0);
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const layers::BlockRouting* b = log.find(blocks[i]);
@@ -79,6 +93,10 @@ std::vector<double> pack_log(const layers::RouterLog& log, const std::vector<std
     v[at.all_to_all_s()] += b->all_to_all_s;
   }
   v[at.contributors()] = 1.0;
+  for (std::size_t k = 0; k < layers::kNumAllToAllKinds; ++k) {
+    v[at.kind_s(k)] = split.seconds[k];
+    v[at.kind_wait_s(k)] = split.wait[k];
+  }
   return v;
 }
 
@@ -114,20 +132,43 @@ std::vector<std::pair<std::string, double>> metric_fields(const std::vector<doub
     }
   }
   if (at.moved() > 0 && sum[at.contributors()] > 0) {
-    out.emplace_back("moe_ep_all_to_all_ms", 1e3 * sum[at.all_to_all_s()] / sum[at.contributors()]);
+    const double per_rank = 1e3 / sum[at.contributors()];
+    out.emplace_back("moe_ep_all_to_all_ms", per_rank * sum[at.all_to_all_s()]);
+    double wait = 0;
+    for (std::size_t k = 0; k < layers::kNumAllToAllKinds; ++k) {
+      const std::string name(layers::all_to_all_kind_name(static_cast<layers::AllToAllKind>(k)));
+      out.emplace_back(fmt::format("moe_ep_{}_ms", name), per_rank * sum[at.kind_s(k)]);
+      out.emplace_back(fmt::format("moe_ep_{}_wait_ms", name), per_rank * sum[at.kind_wait_s(k)]);
+      wait += sum[at.kind_wait_s(k)];
+    }
+    out.emplace_back("moe_ep_all_to_all_wait_ms", per_rank * wait);
   }
   return out;
 }
 
 }  // namespace
 
+AllToAllSplit split_all_to_alls(const std::vector<layers::AllToAllCall>& calls, const std::vector<double>& shortest) {
+  CLEAVE_CHECK(shortest.size() == calls.size(), "split_all_to_alls: {} calls but {} shortest times", calls.size(),
+               shortest.size());
+  AllToAllSplit split;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const auto k = static_cast<std::size_t>(calls[i].kind);
+    split.seconds[k] += calls[i].seconds;
+    split.wait[k] += std::max(0.0, calls[i].seconds - shortest[i]);
+  }
+  return split;
+}
+
 std::vector<std::pair<std::string, double>> RouterMetrics::finish(comm::Communicator& world, int tp_rank,
                                                                   const ops::Context& ctx, int ep_size,
-                                                                  int ep_rank) {
+                                                                  int ep_rank, comm::Communicator* ep) {
   if (!active()) return {};
   const PackedLayout at{blocks_.size(), static_cast<std::size_t>(experts_), static_cast<std::size_t>(ep_size)};
-  const std::vector<double> mine = tp_rank == 0 ? pack_log(log_, blocks_, at, static_cast<std::size_t>(ep_rank))
-                                                : std::vector<double>(at.size(), 0.0);
+  const AllToAllSplit split = split_all_to_alls(log_.calls(), shortest_over_group(log_.calls(), ep));
+  const std::vector<double> mine = tp_rank == 0
+                                       ? pack_log(log_, blocks_, at, static_cast<std::size_t>(ep_rank), split)
+                                       : std::vector<double>(at.size(), 0.0);
   const std::vector<double> sum = reduce_doubles(world, mine, comm::ReduceOp::kSum);
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     const layers::BlockRouting* b = log_.find(blocks_[i]);

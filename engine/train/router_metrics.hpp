@@ -15,10 +15,16 @@
 //   moe_ep_all_to_all_ms  expert parallelism only: a rank's time in the step's all-to-alls (count exchanges,
 //                       dispatch and combine, forward and backward, all moe blocks; each waits for its slowest
 //                       peer), the mean over the ranks (tp rank 0 of each tp group)
+//   moe_ep_<kind>_ms, moe_ep_<kind>_wait_ms   the same split by kind (count_exchange, dispatch, combine,
+//                       dispatch_grad, combine_grad: layers/moe/router_log.hpp) and, of each, the wait for the last
+//                       peer: per call, a rank's time less the shortest time any rank of its ep group spent in that
+//                       call (the last to arrive waits for nobody: its time is the exchange's own); the rest of a
+//                       kind's time is the exchange's own. moe_ep_all_to_all_wait_ms: the waits of all kinds.
 // Invariant: every rank calls finish() each step (a collective); tp ranks other than 0 contribute zeros, since
 // every rank of a tp group routes the same tokens.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -43,15 +49,28 @@ class RouterMetrics {
   // moves every selection bias this rank holds (RouterLog::note_bias) by its rate against the block's global
   // load of the step: b_e += rate · sign(mean - count_e) (DeepSeek-V3), the same on every rank holding it, and
   // refreshes its working copy. Call it after the optimizer step.
-  // ep_size, ep_rank: this rank's place in its ep group (the moe_ep_* fields when ep_size > 1).
+  // ep_size, ep_rank: this rank's place in its ep group (the moe_ep_* fields when ep_size > 1); `ep`: the group
+  // (collective over it too, when it has 2 ranks or more and the step timed an all-to-all; null: no wait is told
+  // apart, every wait field 0).
   std::vector<std::pair<std::string, double>> finish(comm::Communicator& world, int tp_rank, const ops::Context& ctx,
-                                                     int ep_size = 1, int ep_rank = 0);
+                                                     int ep_size = 1, int ep_rank = 0,
+                                                     comm::Communicator* ep = nullptr);
 
  private:
   std::vector<std::string> blocks_;
   std::int64_t experts_ = 0;
   layers::RouterLog log_;
 };
+
+// Per kind of all-to-all (layers::AllToAllKind), a rank's seconds in the step's calls of that kind and, of them, the
+// wait for the last peer. Each call's own time is taken as the shortest any rank of the ep group spent in it
+// (`shortest[i]` for calls[i]: the last rank to arrive finds its peers there and waits for none), the rest of a
+// rank's time in it as its wait (never below 0). Not exact: the last arrival's time still holds a message latency the
+// others pay after it, so the own time is a floor. Throws Error when the two lengths differ.
+struct AllToAllSplit {
+  std::array<double, layers::kNumAllToAllKinds> seconds{}, wait{};
+};
+AllToAllSplit split_all_to_alls(const std::vector<layers::AllToAllCall>& calls, const std::vector<double>& shortest);
 
 // " | aux 0.0123 | imbalance 1.31" for the progress line (empty without the fields).
 std::string router_progress(const std::vector<std::pair<std::string, double>>& fields);

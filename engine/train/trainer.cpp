@@ -117,7 +117,7 @@ StepStats Trainer::step(std::int64_t step) {
   stats.pair_hand_overs = outcome.pair_hand_overs;
   stats.dp_grad_bytes = tail.dp_bytes;
   stats.routing = s.router_metrics.finish(s.setup.world, s.setup.coords.tp_rank, s.setup.context, s.setup.grid.ep_size(),
-                                         s.setup.coords.ep_rank);
+                                         s.setup.coords.ep_rank, s.setup.context.ep_comm);
   stats.stop_requested = end.stop_requested;
   return stats;
 }

@@ -7,15 +7,37 @@
 // training, whatever the recomputation; evaluation runs no backward and records nothing).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "layers/layer.hpp"
 
 namespace cleave::layers {
+
+// The expert-parallel all-to-alls of a moe block, in the order a micro-batch runs them: the count exchange and the
+// dispatch before the experts, the combine after them (forward); the output gradients' dispatch and the input
+// gradients' combine (backward).
+enum class AllToAllKind : int { kCountExchange, kDispatch, kCombine, kDispatchGrad, kCombineGrad };
+inline constexpr std::size_t kNumAllToAllKinds = 5;
+// "count_exchange", "dispatch", "combine", "dispatch_grad", "combine_grad": the metrics' names (moe_ep_<name>_ms).
+constexpr std::string_view all_to_all_kind_name(AllToAllKind kind) {
+  constexpr std::array<std::string_view, kNumAllToAllKinds> kNames = {"count_exchange", "dispatch", "combine",
+                                                                      "dispatch_grad", "combine_grad"};
+  return kNames[static_cast<std::size_t>(kind)];
+}
+
+// One timed all-to-all of the step on this rank (AllToAllTimer): every rank of an ep group runs the same ones in
+// the same order, so the i-th call of each is the same collective (RouterMetrics pairs them to tell the wait for
+// the last peer from the exchange's own time).
+struct AllToAllCall {
+  AllToAllKind kind = AllToAllKind::kDispatch;
+  double seconds = 0.0;
+};
 
 struct BlockRouting {
   std::vector<std::int64_t> counts;  // tokens per expert
@@ -62,13 +84,21 @@ class RouterLog {
     }
     for (std::size_t i = 0; i < received.size(); ++i) b.received_rows[i] += received[i];
   }
-  void add_all_to_all_time(const std::string& block, double seconds) { blocks_[block].all_to_all_s += seconds; }
+  void add_all_to_all_time(const std::string& block, AllToAllKind kind, double seconds) {
+    blocks_[block].all_to_all_s += seconds;
+    calls_.push_back({kind, seconds});
+  }
+  // The step's timed all-to-alls on this rank, in the order they ran (all blocks).
+  const std::vector<AllToAllCall>& calls() const { return calls_; }
   void note_bias(const std::string& block, Param* bias, double rate) {
     BlockRouting& b = blocks_[block];
     b.bias = bias;
     b.bias_update_rate = rate;
   }
-  void clear() { blocks_.clear(); }
+  void clear() {
+    blocks_.clear();
+    calls_.clear();  // keeps its capacity: no allocation after the first step
+  }
   // The block's record; null when it routed nothing on this rank this step.
   const BlockRouting* find(const std::string& block) const {
     const auto it = blocks_.find(block);
@@ -77,6 +107,7 @@ class RouterLog {
 
  private:
   std::map<std::string, BlockRouting> blocks_;
+  std::vector<AllToAllCall> calls_;
 };
 
 }  // namespace cleave::layers

@@ -187,7 +187,9 @@ TEST_F(EpPlanSearch, PricesTheCountExchangeAsALatencyAndAMeeting) {
   EXPECT_NEAR(estimate_plan(config, {}, c, fitted, options).breakdown[StepTerm::kCountExchange],
               2 * 2 * (2.6e-5 + 32 / 2e9), 1e-15);
   // The profile's own timing of the exchange replaces the fit (over 4 ranks: 3 messages a rank, 1 of them at ep 2),
-  // and with a per-meeting wait each exchange waits it once, each of the 4 all-to-alls of a block and micro-batch too.
+  // and with a per-meeting wait each exchange waits it once. The all-to-alls, priced here on the point-to-point fit
+  // (a ping-pong's latency, the peer's wake-up in it), wait none; on the link, 3 of the 4 of a block and micro-batch
+  // do: the combine and both gradients (the dispatch follows the count exchange, whose meeting it shares).
   HardwareProfile timed = fitted;
   timed.measured.count_exchange_s = 6e-6, timed.measured.count_exchange_ranks = 4;
   const PlanEstimate t = estimate_plan(config, {}, c, timed, options);
@@ -195,7 +197,14 @@ TEST_F(EpPlanSearch, PricesTheCountExchangeAsALatencyAndAMeeting) {
   timed.measured.sync_wait_per_meeting_s = 3e-5;
   const PlanEstimate w = estimate_plan(config, {}, c, timed, options);
   EXPECT_NEAR(w.breakdown[StepTerm::kCountExchange], 2 * 2 * (2e-6 + 3e-5), 1e-15);
-  EXPECT_NEAR(w.breakdown[StepTerm::kExpertAllToAll] - t.breakdown[StepTerm::kExpertAllToAll], 2 * 2 * 4 * 3e-5, 1e-12);
+  EXPECT_NEAR(w.breakdown[StepTerm::kExpertAllToAll], t.breakdown[StepTerm::kExpertAllToAll], 1e-15);
+  HardwareProfile linked = old;
+  const PlanEstimate l0 = estimate_plan(config, {}, c, linked, options);
+  linked.measured.sync_wait_per_meeting_s = 3e-5;
+  const PlanEstimate l1 = estimate_plan(config, {}, c, linked, options);
+  EXPECT_NEAR(l1.breakdown[StepTerm::kExpertAllToAll] - l0.breakdown[StepTerm::kExpertAllToAll], 2 * 2 * 3 * 3e-5,
+              1e-12);
+  EXPECT_NEAR(l1.ep_exchange.meetings_s, 3 * 3e-5, 1e-15);
 
   const PlanEstimate b = estimate_plan(config, {}, c, meet, options);
   ASSERT_TRUE(b.valid) << b.reason;
@@ -218,6 +227,85 @@ TEST_F(EpPlanSearch, PricesTheCountExchangeAsALatencyAndAMeeting) {
                        a.breakdown[StepTerm::kCountExchange] - a.breakdown[StepTerm::kExpertAllToAll];
   EXPECT_NEAR(added, all, 1e-9 * all);
   EXPECT_NEAR(b.step_s - a.step_s, all, 1e-9 * all);
+}
+
+// An all-to-all on a profile with a measured point-to-point fit (step_terms.hpp, ep_all_to_all_s): ep - 1 messages
+// of the busiest rank's bytes / ep each, (ep - 1)(alpha + bytes / ep / beta), by hand: not the reduce-scatter fit,
+// whose intercept (fitted from 4 KiB up) is no measure of these few-KiB messages.
+TEST_F(EpPlanSearch, PricesEachAllToAllAsOneMessagePerPeerOnTheMeasuredFit) {
+  const std::string config = write("moe.json", kMoe);
+  HardwareProfile fitted = profile(1e-5, 1e8);
+  fitted.measured.p2p = partition::AlphaBeta{2, 1.5e-5, 6e9};
+  fitted.measured.fits(partition::Collective::kReduceScatter).push_back(partition::AlphaBeta{2, 1e-7, 5e9});
+  fitted.measured.fits(partition::Collective::kReduceScatter).push_back(partition::AlphaBeta{4, 1e-7, 5e9});
+  SearchOptions options{4, 0};
+  options.ep_imbalance = 1.5;
+  PlanChoice c = choice_of_config(config, {}, 4);
+  const double bytes = 1.5 * 16 * 2 * 32 * 4;  // busiest rank: 1.5 x (micro 1 x T 16 x k 2) rows of D 32 f32
+  for (const int ep : {2, 4}) {
+    c.ep = ep;
+    const PlanEstimate e = estimate_plan(config, {}, c, fitted, options);
+    ASSERT_TRUE(e.valid) << e.reason;
+    const double one = (ep - 1) * (1.5e-5 + bytes / ep / 6e9);
+    EXPECT_NEAR(e.ep_all_to_all_s, 4 * one, 1e-15) << ep;
+    EXPECT_NEAR(e.ep_exchange.all_to_all_s, 4 * one, 1e-15) << ep;
+  }
+}
+
+// The split simulate --json reports (EpExchangePrice) against the router log's measured split, by hand on a link
+// profile at 1 GFLOP/s without a wait measured: own = the four all-to-alls + the count exchange (no meetings priced);
+// the imbalance wait = the busiest rank's extra expert GEMMs, (f - 1) x 3 GEMMs x 2·T·k·D·F FLOPs per pass, in F, I
+// and W; no peer wait. At f = 1 no imbalance wait; at ep 1 all zero.
+TEST_F(EpPlanSearch, SplitsOneBlocksExchangesIntoTheirOwnTimeAndTheWaits) {
+  const std::string config = write("moe.json", kMoe);
+  const double latency = 1e-5, bandwidth = 1e8, rate = 1e9;
+  HardwareProfile p = profile(latency, bandwidth);
+  p.flops_f32 = p.flops_bf16 = rate;
+  SearchOptions options{4, 0};
+  PlanChoice c = choice_of_config(config, {}, 4);
+  options.ep_imbalance = 1.0;
+  EXPECT_EQ(estimate_plan(config, {}, c, p, options).ep_exchange.own_s(), 0.0);
+  c.ep = 2;
+  for (const double f : {1.0, 1.5}) {
+    options.ep_imbalance = f;
+    const PlanEstimate e = estimate_plan(config, {}, c, p, options);
+    ASSERT_TRUE(e.valid) << e.reason;
+    const double one = 0.5 * f * 16 * 2 * 32 * 4 / bandwidth + latency;
+    const double counts = 0.5 * 64 / bandwidth + latency;
+    EXPECT_NEAR(e.ep_exchange.all_to_all_s, 4 * one, 1e-15) << f;
+    EXPECT_EQ(e.ep_exchange.meetings_s, 0.0) << f;
+    EXPECT_NEAR(e.ep_exchange.count_exchange_s, counts, 1e-15) << f;
+    EXPECT_NEAR(e.ep_exchange.own_s(), 4 * one + counts, 1e-15) << f;
+    EXPECT_EQ(e.ep_exchange.peer_wait_s, 0.0) << f;
+    const double expert_flops = 3.0 * 2 * 16 * 2 * 32 * 64;  // gate, up, down over T·k rows, micro-batch 1
+    EXPECT_NEAR(e.ep_exchange.imbalance_wait_s, (f - 1) * 3 * expert_flops / rate, 1e-12) << f;
+  }
+}
+
+// More ranks than cores (4 on 2, rho 2, the profile's time sharing measured): each all-to-all and count exchange of
+// 4 ranks waits collective_handoffs = 1 + (4 - 2)(1 - 1/2) = 2 handoffs of the yielding kind (25 us), not the
+// spinning one (500 us) the other collectives take; by hand per moe block and micro-batch: 4 all-to-alls x 2 and
+// the count exchange's 2.
+TEST_F(EpPlanSearch, OversubscribedExchangesWaitYieldingHandoffs) {
+  const std::string config = write("moe.json", kMoe);
+  HardwareProfile p = profile(2e-5, 2e9);
+  p.device_type = DeviceType::kCpu;
+  p.cores_per_node = 2;
+  p.measured_ranks_per_node = 2;
+  p.measured.ranks = 2;
+  SearchOptions options{4, 0};
+  options.ep_imbalance = 1.0;
+  PlanChoice c = choice_of_config(config, {}, 4);
+  c.ep = 4;
+  const PlanEstimate before = estimate_plan(config, {}, c, p, options);
+  ASSERT_TRUE(before.valid) << before.reason;
+  EXPECT_EQ(before.ep_exchange.meetings_s, 0.0);
+  p.measured.time_sharing = partition::MeasuredCosts::TimeSharing{2, 2.0, 25e-6, 500e-6, "recorded"};
+  const PlanEstimate shared = estimate_plan(config, {}, c, p, options);
+  ASSERT_TRUE(shared.valid) << shared.reason;
+  EXPECT_NEAR(shared.ep_exchange.meetings_s, 4 * 2 * 25e-6, 1e-15);
+  EXPECT_NEAR(shared.ep_exchange.count_exchange_s - before.ep_exchange.count_exchange_s, 2 * 25e-6, 1e-15);
+  EXPECT_NEAR(shared.ep_exchange.all_to_all_s, before.ep_exchange.all_to_all_s, 1e-18);
 }
 
 // Gradient reduction with ep (step_terms.hpp, expert_gradient_reduction): the non-expert gradients over the dp 4

@@ -207,6 +207,12 @@ TEST(PhysicalMemory, WithoutMemTotalSysconfIsThePhysicalMemory) {
   m = memory_limit(files_of({}), 0);
   EXPECT_EQ(m.bytes, 0);
   EXPECT_EQ(m.source, "");
+  // v1's "unlimited" is no figure either (not 8 EiB of memory).
+  m = memory_limit(files_of({{"/proc/self/cgroup", "4:memory:/\n"},
+                             {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n"}}),
+                   0);
+  EXPECT_EQ(m.bytes, 0);
+  EXPECT_EQ(m.source, "");
 }
 
 }  // namespace

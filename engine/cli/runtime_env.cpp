@@ -91,8 +91,8 @@ comm::World CommandRuntime::world(const config::RunConfig& config) const {
 }
 
 run_plan::HostMemory this_host(const train::ThreadPlacement& placement) {
-  const PhysicalMemory physical = physical_memory();
-  return {physical.bytes, physical.source, placement.ranks_on_node};
+  const MemoryLimit limit = this_process_memory_limit();
+  return {limit.bytes, limit.source, placement.ranks_on_node};
 }
 
 }  // namespace cleave::cli

@@ -60,8 +60,9 @@ std::string describe_cpu_gemm();
 // cores, ...)"), or the wait policy found in the environment.
 std::string describe_runtime_env();
 
-// This host as the plan's host-fit check reads it (engine/run_plan/host_fit.hpp): its physical memory
-// (engine/core/physical_memory.hpp) and the world's ranks on it, the launcher's local size as `placement` read it.
+// This host as the plan's host-fit check reads it (engine/run_plan/host_fit.hpp): the memory it allows this process,
+// its physical memory or its cgroup's limit (engine/core/physical_memory.hpp), and the world's ranks on it, the
+// launcher's local size as `placement` read it.
 run_plan::HostMemory this_host(const train::ThreadPlacement& placement);
 
 class CommandRuntime {

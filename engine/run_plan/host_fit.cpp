@@ -1,4 +1,4 @@
-// Host fit: the ranks on one host against its physical memory (see host_fit.hpp).
+// Host fit: the ranks on one host against the memory it allows them (see host_fit.hpp).
 #include "engine/run_plan/host_fit.hpp"
 
 #include <fmt/format.h>
@@ -21,8 +21,8 @@ std::int64_t saturating_add(std::int64_t a, std::int64_t b) {
 
 }  // namespace
 
-std::int64_t usable_host_bytes(std::int64_t physical_bytes) {
-  return static_cast<std::int64_t>(std::floor(static_cast<double>(physical_bytes) * kHostMemoryShare));
+std::int64_t usable_host_bytes(std::int64_t limit_bytes) {
+  return static_cast<std::int64_t>(std::floor(static_cast<double>(limit_bytes) * kHostMemoryShare));
 }
 
 std::int64_t least_host_bytes(const HostNeed& need, int ranks_on_host) {
@@ -36,8 +36,8 @@ std::int64_t least_host_bytes(const HostNeed& need, int ranks_on_host) {
 }
 
 std::string host_fit_violation(const HostNeed& need, const HostMemory& host) {
-  if (host.physical_bytes <= 0 || need.rank_bytes.empty()) return {};
-  const std::int64_t usable = usable_host_bytes(host.physical_bytes);
+  if (host.limit_bytes <= 0 || need.rank_bytes.empty()) return {};
+  const std::int64_t usable = usable_host_bytes(host.limit_bytes);
   const std::int64_t world = static_cast<std::int64_t>(need.rank_bytes.size()) * std::max(1, need.ranks_per_pp_rank);
   const int ranks = static_cast<int>(std::min<std::int64_t>(std::max(1, host.ranks_on_host), world));
   const std::int64_t least = least_host_bytes(need, ranks);
@@ -56,15 +56,15 @@ std::string host_fit_violation(const HostNeed& need, const HostMemory& host) {
     per_rank = need.largest;
   }
   return fmt::format(
-      "memory: the {} on this host {} {} of host memory ({}: {}), but this host has {} of physical memory "
-      "({}) and a run may plan {:.0f}% of it, {} (the rest is left for the system, the MPI runtime and what the plan "
-      "does not count): it would run out of memory, or be killed by the OOM killer, once the world is built; nothing "
-      "was started. Put fewer ranks on this host (more hosts), split the model over more ranks "
+      "memory: the {} on this host {} {} of host memory ({}: {}), but this host allows {} of memory ({}) and a run "
+      "may plan {:.0f}% of it, {} (the rest is left for the system, the MPI runtime and what the plan does not count): "
+      "it would run out of memory, or be killed by the OOM killer, once the world is built; nothing was started. Put "
+      "fewer ranks on this host (more hosts), split the model over more ranks "
       "(parallel.pipeline_model_parallel_size / tensor_model_parallel_size), use train.recompute, optimizer.zero_stage "
       "1, 2 or 3 with data parallelism, or lower batch.micro_batch_size; `cleave plan CONFIG --world N --memory-limit "
       "SIZE` with SIZE at most {} (this host's share per rank) searches layouts that fit",
       count_of(ranks, "rank"), ranks == 1 ? "needs" : "need", format_bytes(least), need.what, per_rank,
-      format_bytes(host.physical_bytes), host.source, 100 * kHostMemoryShare, format_bytes(usable),
+      format_bytes(host.limit_bytes), host.source, 100 * kHostMemoryShare, format_bytes(usable),
       format_bytes(usable / ranks));
 }
 

@@ -1,11 +1,12 @@
-// Host fit: whether the ranks a launcher put on one host can hold what their memory plans say, against the host's
-// physical memory, before anything is built. A run past it fails once its world is up, or is killed by the OOM killer
-// mid-step, whether or not device.memory_limit is set (the cap is per rank; the host holds all of its ranks).
+// Host fit: whether the ranks a launcher put on one host can hold what their memory plans say, against the memory the
+// host allows them (its physical memory, or its cgroup's limit when smaller: a container's), before anything is built.
+// A run past it fails once its world is up, or is killed by the OOM killer mid-step, whether or not device.memory_limit
+// is set (the cap is per rank; the host holds all of its ranks).
 //
 // What a rank holds in host memory: on device.type cpu its memory plan's total (MemoryPlan::total, every category is
 // host memory); on cuda its page-locked host memory (MemoryPlan::host_pinned; device memory is the GPU's and the
 // allocator's cap is its check).
-// The rule: refused when the ranks on the host need more than kHostMemoryShare of its physical memory; the rest is left
+// The rule: refused when the ranks on the host need more than kHostMemoryShare of that memory; the rest is left
 // for the system, the MPI runtime and what the plan does not count (the binary, libraries' pools, the data read).
 // Which world ranks share a host is the launcher's choice and this process sees only how many (the launcher's local
 // size): the need is the least those many ranks of the world can hold (the smallest per-rank plans), so a placement
@@ -25,13 +26,13 @@
 
 namespace cleave::run_plan {
 
-// The share of a host's physical memory the ranks on it may plan to use.
+// The share of the memory a host allows (physical or the cgroup limit) the ranks on it may plan to use.
 inline constexpr double kHostMemoryShare = 0.9;
 
 // One host as the check sees it.
 struct HostMemory {
-  std::int64_t physical_bytes = 0;  // 0: unknown, nothing is checked
-  std::string source;               // where the figure came from ("MemTotal in /proc/meminfo")
+  std::int64_t limit_bytes = 0;  // what this host allows its ranks (physical or cgroup); 0: unknown, nothing is checked
+  std::string source;            // where the figure came from ("its physical memory, MemTotal in /proc/meminfo")
   int ranks_on_host = 1;            // the world's ranks on this host (the launcher's local size; 1 alone)
 };
 
@@ -43,15 +44,15 @@ struct HostNeed {
   std::string largest;                   // the largest pp rank's breakdown (MemoryPlan::breakdown)
 };
 
-// The bytes the ranks on this host may plan: floor(physical x kHostMemoryShare).
-std::int64_t usable_host_bytes(std::int64_t physical_bytes);
+// The bytes the ranks on this host may plan: floor(limit x kHostMemoryShare).
+std::int64_t usable_host_bytes(std::int64_t limit_bytes);
 
 // The least `ranks_on_host` ranks of the world hold together: the smallest per-rank figures, each pp rank's figure
 // counted for ranks_per_pp_rank ranks (ranks_on_host past the world: the whole world). Pure.
 std::int64_t least_host_bytes(const HostNeed& need, int ranks_on_host);
 
 // The refusal (naming the numbers, the rule, the source of the figure and the fix), or an empty string when the need
-// fits or the physical memory is unknown. Pure.
+// fits or the host's memory is unknown. Pure.
 std::string host_fit_violation(const HostNeed& need, const HostMemory& host);
 
 // What every rank of `plan` holds in host memory (see above): per pp rank, estimate_rank_memory's total on the cpu,

@@ -130,8 +130,8 @@ run_plan::Plan plan_before_world(const config::RunConfig& config, int world_size
   const run_plan::CpuKernels cpu = cpu_kernels_of(resolved);
   // Every plan error is the config's (make_plan reads nothing else); an internal error is no Error and passes.
   run_plan::Plan plan = reading_input([&] { return run_plan::make_plan(resolved, accumulation, 0, cpu); });
-  // The ranks on this host against its physical memory, with or without device.memory_limit (the cap is per rank).
-  if (host.physical_bytes > 0) {
+  // The ranks on this host against the memory it allows (physical or cgroup), with or without device.memory_limit (the cap is per rank).
+  if (host.limit_bytes > 0) {
     const std::string violation = run_plan::host_fit_violation(run_plan::host_need(plan, resolved, cpu), host);
     CLEAVE_CHECK_INPUT(violation.empty(), "{}", violation);
   }

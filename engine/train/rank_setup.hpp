@@ -43,11 +43,11 @@ run_plan::CpuKernels cpu_kernels_of(const config::RunConfig& config);
 // The plan every rank will make, made once before the world and the model are built (`cleave train`, `cleave verify`):
 // a config the world size cannot plan (more stages than blocks, a manual split that does not sum, a schedule the
 // batch cannot feed), whose memory plan exceeds device.memory_limit, or whose ranks on this host need more than its
-// physical memory allows (run_plan/host_fit.hpp; `host` is this host as the caller read it, physical_bytes 0: not
-// checked) is bad input, thrown as InputError naming the keys, the numbers and the fix (exit 64: no restart of the
-// same command cures it, so `cleave run` stops at once). The plan is a pure function of the config, the world size
-// and this machine's CPU kernels, so every rank refuses alike; it is returned for the RankSetup (its local_stages
-// those of pp rank 0: the setup sets its own rank's), so the plan is made once.
+// memory allows (physical or its cgroup's limit: run_plan/host_fit.hpp; `host` is this host as the caller read it,
+// limit_bytes 0: not checked) is bad input, thrown as InputError naming the keys, the numbers and the fix (exit 64:
+// no restart of the same command cures it, so `cleave run` stops at once). The plan is a pure function of the config,
+// the world size and this machine's CPU kernels, so every rank refuses alike; it is returned for the RankSetup (its
+// local_stages those of pp rank 0: the setup sets its own rank's), so the plan is made once.
 run_plan::Plan plan_before_world(const config::RunConfig& config, int world_size,
                                  const run_plan::HostMemory& host = {});
 

@@ -126,10 +126,11 @@ bad_input virtual-stages early 'parallel\.virtual_pipeline_stages: schedule 1f1b
 bad_input memory-cap early 'memory: pp rank 0 needs about [0-9.]+ MiB .* but device\.memory_limit is 4\.00 MiB; activations are [0-9.]+ [KM]iB \([0-9]+%\), train\.recompute=selective needs about [0-9.]+ MiB \(activations [0-9.]+ [KM]iB\), train\.recompute=full needs about [0-9.]+ MiB \(activations [0-9.]+ [KM]iB, fits\).*cleave plan CONFIG --world N' \
     --set device.memory_limit=4MiB
 # A model far past any machine's memory (about 768 TiB per rank by its plan), no device.memory_limit: refused before
-# the world against this host's physical memory (engine/run_plan/host_fit.hpp), not failed once it is built or killed
-# by the OOM killer. No machine has that much, so the case does not depend on this one's size. verify shares the check.
+# the world against the memory this host allows (its physical memory, or its cgroup's limit in a container:
+# engine/run_plan/host_fit.hpp), not failed once it is built or killed by the OOM killer. No machine has that much, so
+# the case does not depend on this one's size (nor on whether it runs in a container). verify shares the check.
 huge_model=(--set model.d_model=65536 --set model.n_layers=1024 --set model.n_heads=64)
-bad_input host-memory early 'memory: the 1 rank on this host needs [0-9.]+ GiB of host memory \(the memory plan: parameters [0-9.]+ GiB, .*total [0-9.]+ GiB\), but this host has [0-9.]+ GiB of physical memory \((MemTotal in /proc/meminfo|sysconf.*)\) and a run may plan 90% of it.*nothing was started.*--memory-limit SIZE` with SIZE at most [0-9.]+ [GM]iB' \
+bad_input host-memory early 'memory: the 1 rank on this host needs [0-9.]+ GiB of host memory \(the memory plan: parameters [0-9.]+ GiB, .*total [0-9.]+ GiB\), but this host allows [0-9.]+ [KMGT]iB of memory \((its physical memory, (MemTotal in /proc/meminfo|sysconf.*)|the cgroup limit in /sys/fs/cgroup/([^ ]*/)?memory\.(max|limit_in_bytes), (below its physical memory [0-9.]+ [KMGT]iB \((MemTotal in /proc/meminfo|sysconf.*)\)|its physical memory unknown))\) and a run may plan 90% of it.*nothing was started.*--memory-limit SIZE` with SIZE at most [0-9.]+ [GM]iB' \
     "${huge_model[@]}"
 # More pipeline stages than the model has blocks: the plan cannot be made at this world; bad input before the world.
 bad_input fewer-blocks-one-rank early 'only 5 blocks' --set model.n_layers=1 --set parallel.virtual_pipeline_stages=8 \

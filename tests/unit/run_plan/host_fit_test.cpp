@@ -1,7 +1,8 @@
-// Host fit (engine/run_plan/host_fit.hpp): the ranks on one host against its physical memory, with the memory sizes
-// injected (no test reads this machine's). The rule: refused past kHostMemoryShare (90%) of physical memory; the need
-// is the least the host's ranks can hold (the smallest per-rank plans, each pp rank's held by tp x cp x dp ranks); the
-// message names the numbers, where the figure came from and the fix. host_need reads the memory plan per pp rank.
+// Host fit (engine/run_plan/host_fit.hpp): the ranks on one host against the memory it allows (physical or a cgroup's
+// limit), with the memory sizes injected (no test reads this machine's). The rule: refused past kHostMemoryShare (90%)
+// of that memory; the need is the least the host's ranks can hold (the smallest per-rank plans, each pp rank's held by
+// tp x cp x dp ranks); the message names the numbers, where the figure came from and the fix. host_need reads the
+// memory plan per pp rank.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -48,15 +49,15 @@ TEST(HostFit, TheNeedIsTheLeastTheHostsRanksCanHold) {
 }
 
 TEST(HostFit, FitsUpToTheShareAndIsRefusedPastIt) {
-  const HostMemory host{10 * kGiB, "MemTotal in /proc/meminfo", 2};
-  const std::int64_t usable = usable_host_bytes(host.physical_bytes);
+  const HostMemory host{10 * kGiB, "its physical memory, MemTotal in /proc/meminfo", 2};
+  const std::int64_t usable = usable_host_bytes(host.limit_bytes);
   // Two ranks of one pp rank: 2 x the plan against 9 GiB.
   EXPECT_EQ(host_fit_violation(need_of({usable / 2}, 2), host), "");
   const std::string m = host_fit_violation(need_of({usable / 2 + 1}, 2), host);
   ASSERT_FALSE(m.empty());
   EXPECT_NE(m.find("memory: the 2 ranks on this host need 9.00 GiB of host memory (the memory plan: 2 ranks x about "
-                   "4.50 GiB each (parameters 1.00 GiB, total 3.00 GiB)), but this host has 10.00 GiB of physical "
-                   "memory (MemTotal in /proc/meminfo) and a run may plan 90% of it, 9.00 GiB"),
+                   "4.50 GiB each (parameters 1.00 GiB, total 3.00 GiB)), but this host allows 10.00 GiB of memory "
+                   "(its physical memory, MemTotal in /proc/meminfo) and a run may plan 90% of it, 9.00 GiB"),
             std::string::npos)
       << m;
   EXPECT_NE(m.find("nothing was started"), std::string::npos) << m;
@@ -79,6 +80,21 @@ TEST(HostFit, UnevenPlansNameTheRangeAndTheLargestRank) {
   // Two ranks on the host of a pp 2 world whose smaller plan fits alone: both together do not.
   EXPECT_EQ(host_fit_violation(need_of({8 * kGiB, 3 * kGiB}, 1), {10 * kGiB, "test", 1}), "");
   EXPECT_NE(host_fit_violation(need_of({8 * kGiB, 3 * kGiB}, 1), {10 * kGiB, "test", 2}), "");
+}
+
+TEST(HostFit, ACgroupLimitIsTheFigureAndIsNamed) {
+  // In a container the host allows its cgroup's limit (engine/core/physical_memory.hpp): 8 GiB of a 64 GiB machine.
+  const HostMemory host{8 * kGiB,
+                        "the cgroup limit in /sys/fs/cgroup/memory.max, below its physical memory 64.00 GiB (MemTotal "
+                        "in /proc/meminfo)",
+                        1};
+  const std::int64_t usable = usable_host_bytes(host.limit_bytes);
+  EXPECT_EQ(host_fit_violation(need_of({usable}, 1), host), "");
+  const std::string m = host_fit_violation(need_of({usable + 1}, 1), host);
+  EXPECT_NE(m.find("but this host allows 8.00 GiB of memory (the cgroup limit in /sys/fs/cgroup/memory.max, below its "
+                   "physical memory 64.00 GiB (MemTotal in /proc/meminfo)) and a run may plan 90% of it, 7.20 GiB"),
+            std::string::npos)
+      << m;
 }
 
 TEST(HostFit, AnUnknownHostIsNotChecked) {

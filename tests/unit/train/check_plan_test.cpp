@@ -1,8 +1,9 @@
 // plan_before_world (engine/train/rank_setup.hpp): the plan `cleave train` makes before the world, so a config over
 // its own device.memory_limit, one the world size cannot plan, or one whose ranks on this host need more than its
-// physical memory allows (the host injected here: no test reads this machine's memory) is bad input (InputError: exit
-// 64, which `cleave run` does not restart) naming the key, the numbers and the fix; a config that fits passes, and
-// the plan it returns is the one the rank setup would make (so the trainer takes it instead of making it again).
+// memory allows (physical or a cgroup's limit; the host injected here: no test reads this machine's memory) is bad
+// input (InputError: exit 64, which `cleave run` does not restart) naming the key, the numbers and the fix; a config
+// that fits passes, and the plan it returns is the one the rank setup would make (so the trainer takes it instead of
+// making it again).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -75,11 +76,11 @@ TEST(CheckPlanBeforeWorld, APlanTheWorldCannotMakeIsBadInput) {
 // device.memory_limit: refused before the world, naming the rank count, the need, the host's figure and its source.
 TEST(CheckPlanBeforeWorld, RanksPastTheHostsPhysicalMemoryAreBadInput) {
   const std::vector<std::string> huge = {"model.d_model=65536", "model.n_layers=1024", "model.n_heads=64"};
-  const std::string m = refusal(huge, 2, {64 * kGiB, "MemTotal in /proc/meminfo", 2});
+  const std::string m = refusal(huge, 2, {64 * kGiB, "its physical memory, MemTotal in /proc/meminfo", 2});
   EXPECT_NE(m.find("memory: the 2 ranks on this host need "), std::string::npos) << m;
   EXPECT_NE(m.find(" GiB of host memory (the memory plan: 2 ranks x about "), std::string::npos) << m;
-  EXPECT_NE(m.find("this host has 64.00 GiB of physical memory (MemTotal in /proc/meminfo) and a run may plan 90% of "
-                   "it, 57.60 GiB"),
+  EXPECT_NE(m.find("this host allows 64.00 GiB of memory (its physical memory, MemTotal in /proc/meminfo) and a run "
+                   "may plan 90% of it, 57.60 GiB"),
             std::string::npos)
       << m;
   // Under a cap it fits neither: the cap's refusal (per rank) comes first.
@@ -87,7 +88,7 @@ TEST(CheckPlanBeforeWorld, RanksPastTheHostsPhysicalMemoryAreBadInput) {
                     1, {64 * kGiB, "test", 1})
                 .find("but device.memory_limit is 1024.00 GiB"),
             std::string::npos);
-  // An unknown host (physical_bytes 0) is not checked.
+  // An unknown host (limit_bytes 0) is not checked.
   EXPECT_NO_THROW(check_plan_before_world(config::load_config("", huge), 1));
 }
 
@@ -95,7 +96,7 @@ TEST(CheckPlanBeforeWorld, TheDefaultModelFitsAHostAndNotAMebibyte) {
   EXPECT_NO_THROW(check_plan_before_world(config::load_config("", {}), 2, {kGiB, "test", 2}));
   const std::string m = refusal({}, 2, {std::int64_t{1} << 20, "test", 2});
   EXPECT_NE(m.find("memory: the 2 ranks on this host need "), std::string::npos) << m;
-  EXPECT_NE(m.find("of physical memory (test)"), std::string::npos) << m;
+  EXPECT_NE(m.find("this host allows 1.00 MiB of memory (test)"), std::string::npos) << m;
 }
 
 // The plan it returns is make_plan's for the same config (the trainer takes it); pp rank 1's stages are set by the

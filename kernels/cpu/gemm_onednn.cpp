@@ -9,6 +9,9 @@
 //
 // Primitives are cached by problem (sizes, strides, transposes, alpha, beta, dtypes) in the run's OneDnnMatmuls
 // (onednn_matmuls.hpp), which the caller passes: creating one costs tens of microseconds, as much as a small GEMM.
+// So are the objects a call needs around it (the steady-state rule: no allocation per call): each primitive keeps
+// memory objects whose data handles a call rebinds, each slot a stream and a scratchpad, and the primitive runs
+// through oneDNN's C dnnl_primitive_execute on a fixed argument array.
 // A GemmShape::kVarying problem (a grouped GEMM's group) leaves m and k out of its key: its primitive takes them at
 // run time (DNNL_RUNTIME_DIM_VAL), so one primitive serves every row count routing produces. oneDNN 2.6 runs such
 // a primitive on its gemm:jit kernels rather than brgemm (measured per call on the MoE expert shapes, 2-vCPU Zen 4:

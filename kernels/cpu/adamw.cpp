@@ -4,7 +4,6 @@
 #include "kernels/cpu/adamw.hpp"
 
 #include <cmath>
-#include <vector>
 
 #include "engine/core/error.hpp"
 #include "kernels/adamw_constants.hpp"
@@ -78,21 +77,18 @@ void adamw_update_many(const AdamWTensor* tensors, int64_t count, float lr, floa
                        int64_t step) {
   CLEAVE_ASSERT(count >= 0, "adamw_update_many: negative tensor count {}", count);
   check_hyper(beta1, beta2, eps, step);
-  std::vector<AdamWConstants> constants;
-  constants.reserve(static_cast<size_t>(count));
-  std::vector<detail::MultiTensorPiece> pieces;
   int64_t total = 0;
   for (int64_t t = 0; t < count; ++t) {
     CLEAVE_ASSERT(tensors[t].n >= 0, "adamw_update_many: tensor {} has negative size {}", t, tensors[t].n);
-    constants.push_back(kernels::adamw_constants(lr, beta1, beta2, eps, tensors[t].weight_decay, step));
-    detail::append_pieces(pieces, t, tensors[t].n);
     total += tensors[t].n;
   }
-  const auto piece_count = static_cast<int64_t>(pieces.size());
-  CLEAVE_PARALLEL_FOR(i, piece_count, detail::worth_parallel(total) && piece_count > 1,
-    const detail::MultiTensorPiece& piece = pieces[static_cast<size_t>(i)];
-    const AdamWTensor& x = tensors[piece.tensor];
-    adamw_range(constants[static_cast<size_t>(piece.tensor)], x.param, x.grad, x.m, x.v, piece.begin, piece.end);)
+  detail::for_each_piece(
+      count, [&](int64_t t) { return tensors[t].n; }, detail::worth_parallel(total),
+      [&](int64_t t, int64_t begin, int64_t end) {
+        const AdamWTensor& x = tensors[t];
+        const AdamWConstants k = kernels::adamw_constants(lr, beta1, beta2, eps, x.weight_decay, step);
+        adamw_range(k, x.param, x.grad, x.m, x.v, begin, end);
+      });
 }
 
 }  // namespace cleave::kernels::cpu

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "engine/core/error.hpp"
 #include "kernels/cpu/multi_tensor.hpp"
@@ -40,17 +39,14 @@ namespace {
 
 void scale_inplace_many(const FloatSpan* ys, int64_t count, float alpha) {
   CLEAVE_ASSERT(count >= 0, "scale_inplace_many: negative tensor count {}", count);
-  std::vector<detail::MultiTensorPiece> pieces;
   int64_t total = 0;
   for (int64_t t = 0; t < count; ++t) {
     CLEAVE_ASSERT(ys[t].n >= 0, "scale_inplace_many: tensor {} has negative size {}", t, ys[t].n);
-    detail::append_pieces(pieces, t, ys[t].n);
     total += ys[t].n;
   }
-  const auto piece_count = static_cast<int64_t>(pieces.size());
-  CLEAVE_PARALLEL_FOR(i, piece_count, detail::worth_parallel(total) && piece_count > 1,
-    const detail::MultiTensorPiece& piece = pieces[static_cast<size_t>(i)];
-    scale_range(ys[piece.tensor].data + piece.begin, alpha, piece.end - piece.begin);)
+  detail::for_each_piece(
+      count, [&](int64_t t) { return ys[t].n; }, detail::worth_parallel(total),
+      [&](int64_t t, int64_t begin, int64_t end) { scale_range(ys[t].data + begin, alpha, end - begin); });
 }
 
 void axpy(float alpha, const float* x, float* y, int64_t n) {
@@ -76,12 +72,17 @@ constexpr int64_t kSquaresChunk = int64_t{1} << 16;
 double sum_squares(const float* x, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "sum_squares: negative size {}", n);
   const int64_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
-  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
-  CLEAVE_PARALLEL_FOR(ch, chunks, chunks > 1,
-    const int64_t begin = ch * kSquaresChunk;
-    partial[static_cast<size_t>(ch)] = chunk_sum_squares(x + begin, std::min(n, begin + kSquaresChunk) - begin);)
+  // The chunks' sums are added in chunk order; they are kept on the stack a block of chunks at a time (no allocation).
+  constexpr int64_t kBlock = 256;
+  double partial[kBlock];
   double total = 0.0;
-  for (double p : partial) total += p;
+  for (int64_t first = 0; first < chunks; first += kBlock) {
+    const int64_t block = std::min(kBlock, chunks - first);
+    CLEAVE_PARALLEL_FOR(j, block, block > 1,
+      const int64_t begin = (first + j) * kSquaresChunk;
+      partial[j] = chunk_sum_squares(x + begin, std::min(n, begin + kSquaresChunk) - begin);)
+    for (int64_t j = 0; j < block; ++j) total += partial[j];
+  }
   return total;
 }
 
@@ -166,27 +167,28 @@ void sum_squares_exact(const float* x, int64_t n, ExactSquareSum& acc) {
 
 void sum_squares_exact_many(const ConstFloatSpan* xs, int64_t count, ExactSquareSum& acc) {
   CLEAVE_ASSERT(count >= 0, "sum_squares_exact_many: negative tensor count {}", count);
-  std::vector<detail::MultiTensorPiece> pieces;  // pieces of at most one exact chunk (its bucket headroom)
   for (int64_t t = 0; t < count; ++t) {
     CLEAVE_ASSERT(xs[t].n >= 0, "sum_squares_exact_many: tensor {} has negative size {}", t, xs[t].n);
-    detail::append_pieces(pieces, t, xs[t].n, kExactChunk);
   }
-  const auto piece_count = static_cast<int64_t>(pieces.size());
-  auto run = [&](int64_t i, ExactSquareSum& into) {
-    const detail::MultiTensorPiece& piece = pieces[static_cast<size_t>(i)];
-    exact_chunk(xs[piece.tensor].data + piece.begin, piece.end - piece.begin, into);  // normalizes `into`
+  // Pieces of at most one exact chunk (its bucket headroom).
+  const auto size_of = [&](int64_t t) { return xs[t].n; };
+  const int64_t piece_count = detail::piece_count(count, size_of, kExactChunk);
+  auto run = [&](int64_t first, int64_t last, ExactSquareSum& into) {
+    detail::walk_pieces(count, size_of, kExactChunk, first, last, [&](int64_t t, int64_t begin, int64_t end) {
+      exact_chunk(xs[t].data + begin, end - begin, into);  // normalizes `into`
+    });
   };
   if (!detail::parallel_here(piece_count > 1)) {  // one piece, or inside a region: the pieces in order here
-    for (int64_t i = 0; i < piece_count; ++i) run(i, acc);
+    run(0, piece_count, acc);
     acc.normalize();
     return;
   }
-  // As sum_squares_exact: each thread sums its pieces into its own accumulator; the merges are exact.
+  // As sum_squares_exact: each thread sums its run of pieces into its own accumulator; the merges are exact.
 #pragma omp parallel
   {
     ExactSquareSum local;
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < piece_count; ++i) run(i, local);
+    const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    run(piece_count * thread / threads, piece_count * (thread + 1) / threads, local);
 #pragma omp critical(cleave_sum_squares_exact)
     acc.merge(local);
   }

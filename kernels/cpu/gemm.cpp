@@ -75,11 +75,15 @@ void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
 
 void scale_c(int64_t m, int64_t n, float beta, std::uint16_t* c, int64_t ldc) {
   if (beta == 1.0f) return;
-  std::vector<float> row(static_cast<size_t>(n));
+  constexpr int64_t kPiece = 256;  // widened on the stack a piece at a time: no allocation per call
+  float piece[kPiece];
   for (int64_t i = 0; i < m; ++i) {
-    cast_bf16_to_f32(c + i * ldc, row.data(), n);
-    for (float& x : row) x = beta == 0.0f ? 0.0f : x * beta;
-    cast_f32_to_bf16(row.data(), c + i * ldc, n);
+    for (int64_t j = 0; j < n; j += kPiece) {
+      const int64_t len = std::min(kPiece, n - j);
+      cast_bf16_to_f32_serial(c + i * ldc + j, piece, len);
+      for (int64_t x = 0; x < len; ++x) piece[x] = beta == 0.0f ? 0.0f : piece[x] * beta;
+      cast_f32_to_bf16_serial(piece, c + i * ldc + j, len);
+    }
   }
 }
 
@@ -194,7 +198,7 @@ void gemm_threaded(Kernel<In, Out> kernel, bool threads_itself, SliceSide side, 
   const bool sliceable = slicing == GemmSlicing::kShapeFixed || (!omp_in_parallel() && !threads_itself);
   const int threads = sliceable ? omp_get_max_threads() : 1;
   const SliceSide plan_side = trans_a ? SliceSide::kLonger : side;  // see kOneDnnBf16Side
-  const std::vector<GemmSlice> plan = gemm_slice_plan(slicing, m, n, k, threads, plan_side);
+  const GemmSlicePlan plan = gemm_slice_plan(slicing, m, n, k, threads, plan_side);
   if (plan.size() == 1) {
     gemm_unchecked(kernel, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias);
     return;
@@ -202,13 +206,14 @@ void gemm_threaded(Kernel<In, Out> kernel, bool threads_itself, SliceSide side, 
   const auto count = static_cast<int64_t>(plan.size());
   if (slicing == GemmSlicing::kShapeFixed) {  // the same slices on one thread (inside a region) or a team
     CLEAVE_PARALLEL_FOR(s, count, omp_get_max_threads() > 1,
-                        gemm_slice(kernel, plan[s], trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
-                                   bias);)
+                        gemm_slice(kernel, plan[static_cast<std::size_t>(s)], trans_a, trans_b, m, n, k, alpha, a, lda,
+                                   b, ldb, beta, c, ldc, bias);)
     return;
   }
 #pragma omp parallel for schedule(static, 1) num_threads(static_cast<int>(count))
   for (int64_t s = 0; s < count; ++s) {
-    gemm_slice(kernel, plan[s], trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias);
+    gemm_slice(kernel, plan[static_cast<std::size_t>(s)], trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+               ldc, bias);
   }
 }
 
@@ -247,28 +252,28 @@ void check_bf16_backend(const char* op, GemmBackend backend, Bf16GemmOut c) {
 
 }  // namespace
 
-std::vector<GemmSlice> gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n, int64_t k, int threads,
-                                       SliceSide side) {
+GemmSlicePlan::GemmSlicePlan(bool split_n, int64_t extent, int64_t chunk)
+    : split_n_(split_n),
+      extent_(extent),
+      chunk_(chunk >= extent ? extent : chunk),
+      count_(chunk >= extent ? 1 : (extent + chunk - 1) / chunk) {}
+
+GemmSlicePlan gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n, int64_t k, int threads, SliceSide side) {
   const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   const bool rows = side == SliceSide::kRows && m >= 2 * kInvariantSlice;
   const bool split_n = !rows && n >= m;
   const int64_t extent = split_n ? n : m;
-  const std::vector<GemmSlice> whole{GemmSlice{split_n, 0, extent}};
-  std::vector<GemmSlice> plan;
+  const GemmSlicePlan whole(split_n, extent, extent);
   if (slicing == GemmSlicing::kShapeFixed) {
     // kInvariantSlice-wide pieces along the chosen side, by shape only: the same calls for any thread count.
     if (k == 0 || mnk < kSliceMinMnk || extent < 2 * kInvariantSlice) return whole;
-    for (int64_t lo = 0; lo < extent; lo += kInvariantSlice) {
-      plan.push_back(GemmSlice{split_n, lo, std::min(extent, lo + kInvariantSlice)});
-    }
-    return plan;
+    return GemmSlicePlan(split_n, extent, kInvariantSlice);
   }
   // One slice per thread, aligned to kSliceAlign.
   if (threads <= 1 || k == 0 || mnk < kSliceMinMnk || extent < 2 * kSliceAlign) return whole;
   const int64_t slices = std::min<int64_t>(threads, extent / kSliceAlign);
   const int64_t chunk = ((extent + slices - 1) / slices + kSliceAlign - 1) / kSliceAlign * kSliceAlign;
-  for (int64_t lo = 0; lo < extent; lo += chunk) plan.push_back(GemmSlice{split_n, lo, std::min(extent, lo + chunk)});
-  return plan;
+  return GemmSlicePlan(split_n, extent, chunk);
 }
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,

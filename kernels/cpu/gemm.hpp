@@ -9,8 +9,8 @@
 // scratchpads, OneDnnMatmuls) comes in GemmLibrary: nothing here is process state.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "kernels/cpu/gemm_backend.hpp"
 
@@ -43,16 +43,54 @@ struct GemmSlice {
   bool operator==(const GemmSlice&) const = default;
 };
 
-// The sgemm calls `gemm` makes for an m x n x k product with `threads` OpenMP threads and OpenBLAS at one
-// thread: one slice covering C when slicing does not pay. A pure function of its arguments, so the
-// determinism contract (kShapeFixed: the same slices for every thread count) is testable without relying on
-// which kernels the machine's OpenBLAS picked.
 // Which side of C the slices cut: kLonger, C's longer side (columns when n >= m); kRows, rows (each slice a dense
 // block of C, what oneDNN's fastest kernels take) unless C has under 128 rows, then the longer side. gemm.cpp picks
 // the side per call (kRows for oneDNN's bf16 kernels when A is not transposed, else kLonger).
 enum class SliceSide { kLonger, kRows };
-std::vector<GemmSlice> gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n, int64_t k, int threads,
-                                       SliceSide side = SliceSide::kLonger);
+
+// The sgemm calls `gemm` makes for an m x n x k product: `size()` slices of `chunk` along one side of C, the last
+// one cut at C's edge. A value (no storage: slice i is computed), so planning a GEMM allocates nothing, however many
+// slices a wide C takes in deterministic mode. Two plans are equal when their slices are.
+class GemmSlicePlan {
+ public:
+  GemmSlicePlan(bool split_n, int64_t extent, int64_t chunk);  // chunk >= extent: one slice covering C
+  std::size_t size() const { return static_cast<std::size_t>(count_); }
+  GemmSlice operator[](std::size_t i) const {
+    const int64_t lo = static_cast<int64_t>(i) * chunk_;
+    return GemmSlice{split_n_, lo, lo + chunk_ < extent_ ? lo + chunk_ : extent_};
+  }
+  GemmSlice front() const { return (*this)[0]; }
+  bool operator==(const GemmSlicePlan&) const = default;
+
+  class Iterator {
+   public:
+    Iterator(const GemmSlicePlan& plan, std::size_t i) : plan_(&plan), i_(i) {}
+    GemmSlice operator*() const { return (*plan_)[i_]; }
+    Iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator==(const Iterator& o) const { return i_ == o.i_; }
+
+   private:
+    const GemmSlicePlan* plan_;
+    std::size_t i_;
+  };
+  Iterator begin() const { return {*this, 0}; }
+  Iterator end() const { return {*this, size()}; }
+
+ private:
+  bool split_n_;
+  int64_t extent_;
+  int64_t chunk_;
+  int64_t count_;
+};
+
+// The plan `gemm` makes with `threads` OpenMP threads and OpenBLAS at one thread: one slice covering C when slicing
+// does not pay. A pure function of its arguments, so the determinism contract (kShapeFixed: the same slices for
+// every thread count) is testable without relying on which kernels the machine's OpenBLAS picked.
+GemmSlicePlan gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n, int64_t k, int threads,
+                              SliceSide side = SliceSide::kLonger);
 
 // `library.backend` must be built (gemm_backend_built); an absent one throws Error naming it. oneDNN without
 // `library.onednn` is a caller's bug (InternalError naming OneDnnMatmuls).

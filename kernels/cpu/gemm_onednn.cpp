@@ -9,6 +9,9 @@
 //
 // Primitives are cached by problem (sizes, strides, transposes, alpha, beta, dtypes) in the run's OneDnnMatmuls
 // (onednn_matmuls.hpp), which the caller passes: creating one costs tens of microseconds, as much as a small GEMM.
+// So are the objects a call needs around it (the steady-state rule: no allocation per call): each primitive keeps
+// memory objects whose data handles a call rebinds, each slot a stream and a scratchpad, and the primitive runs
+// through oneDNN's C dnnl_primitive_execute on a fixed argument array.
 // A GemmShape::kVarying problem (a grouped GEMM's group) leaves m and k out of its key: its primitive takes them at
 // run time (DNNL_RUNTIME_DIM_VAL), so one primitive serves every row count routing produces. oneDNN 2.6 runs such
 // a primitive on its gemm:jit kernels rather than brgemm (measured per call on the MoE expert shapes, 2-vCPU Zen 4:
@@ -33,7 +36,6 @@
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
-#include <unordered_map>
 #include <vector>
 #endif
 
@@ -55,9 +57,20 @@ struct ProblemKey {
   bool operator<(const ProblemKey& o) const { return tie() < o.tie(); }
 };
 
+// A cached primitive's memory objects, for one call at a time: a call rebinds their data handles
+// (set_data_handle) and makes none. A kVarying primitive's A, B and C descriptors carry the call's m and k, so its
+// bindings remake the objects whose sizes changed since their last call (oneDNN 2.x has no call that changes a
+// memory object's descriptor): a grouped GEMM's group allocates when its row count differs from the last one seen.
+struct Bindings {
+  dnnl::memory a, b, c, bias, scratchpad;
+  std::int64_t m = -1, k = -1;  // the sizes a, b and c were made for (kVarying; the key's own when kExact)
+};
+
 struct Matmul {
   dnnl::matmul primitive;
   dnnl::memory::desc a, b, c, bias, scratchpad;
+  std::vector<std::unique_ptr<Bindings>> free_bindings;  // those no call is using (under State::mutex)
+  std::size_t bindings = 0;                              // made so far (free or in use)
 };
 
 using dims = dnnl::memory::dims;
@@ -91,56 +104,99 @@ Matmul make_matmul(const dnnl::engine& engine, const ProblemKey& p) {
     // C = round(A B + bias) in one pass, the same arithmetic as the product in f32 followed by a bias pass.
     const dnnl::memory::desc bias(dims{1, p.n}, dt::f32, dims{p.n, 1});
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, c), attr, engine);
-    return {dnnl::matmul(pd), a, b, c, bias, pd.scratchpad_desc()};
+    return {dnnl::matmul(pd), a, b, c, bias, pd.scratchpad_desc(), {}, 0};
   }
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine);
-  return {dnnl::matmul(pd), a, b, c, {}, pd.scratchpad_desc()};
+  return {dnnl::matmul(pd), a, b, c, {}, pd.scratchpad_desc(), {}, 0};
 }
 
-using Scratchpad = std::unique_ptr<std::vector<std::byte>>;
+// What a call holds alone besides its bindings: the stream it executes on (a oneDNN stream serves one thread at a
+// time) and its scratchpad.
+struct Slot {
+  Slot(const dnnl::engine& engine, std::size_t bytes) : stream(engine), scratchpad(bytes) {}
+  dnnl::stream stream;
+  std::vector<std::byte> scratchpad;
+};
+using SlotPtr = std::unique_ptr<Slot>;
+
+// Bindings of a kExact primitive, made once with the key's sizes; a kVarying one's A, B and C are made at its
+// first call.
+std::unique_ptr<Bindings> make_bindings(const dnnl::engine& engine, const ProblemKey& key, const Matmul& mm) {
+  auto out = std::make_unique<Bindings>();
+  if (key.shape != GemmShape::kVarying) {
+    out->a = dnnl::memory(mm.a, engine, nullptr);
+    out->b = dnnl::memory(mm.b, engine, nullptr);
+    out->c = dnnl::memory(mm.c, engine, nullptr);
+    out->m = key.m;
+    out->k = key.k;
+  }
+  if (key.bias) out->bias = dnnl::memory(mm.bias, engine, nullptr);
+  out->scratchpad = dnnl::memory(mm.scratchpad, engine, nullptr);
+  return out;
+}
 
 }  // namespace
 
-// The run's primitives and scratchpads (onednn_matmuls.hpp).
+// The run's primitives, their bindings and the calls' slots (onednn_matmuls.hpp).
 struct OneDnnMatmuls::State {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  mutable std::mutex mutex;                  // guards the members below
-  std::map<ProblemKey, Matmul> cache;        // std::map nodes never move; entries are never erased
-  std::vector<Scratchpad> free_scratchpads;  // those no call is using
-  std::size_t scratchpads = 0;               // made so far (free or in use)
-  std::size_t scratchpad_bytes = 0;          // the largest scratchpad of any cached primitive
+  mutable std::mutex mutex;            // guards the members below and every Matmul's free_bindings
+  std::map<ProblemKey, Matmul> cache;  // std::map nodes never move; entries are never erased
+  std::vector<SlotPtr> free_slots;     // those no call is using
+  std::size_t slots = 0;               // made so far (free or in use)
+  std::size_t scratchpad_bytes = 0;    // the largest scratchpad of any cached primitive
 
-  // The problem's primitive (made on first use) and a scratchpad of scratchpad_bytes for this call alone. `team`:
-  // the calling OpenMP team's size, the most calls that can hold a scratchpad at once. How many scratchpads exist and
-  // how large depends only on the sequence of calls, never on their timing: the first call of a team makes one per
-  // thread, and a new largest primitive grows every free scratchpad at once (those in use on their release). So a
-  // run's first step makes them all and a steady state never allocates one.
-  const Matmul& acquire(const ProblemKey& key, int team, Scratchpad& scratch) {
+  // One call's share: the problem's primitive (made on first use), bindings of it and a slot (stream and a
+  // scratchpad of scratchpad_bytes), for this call alone. `team`: the calling OpenMP team's size, the most calls that
+  // can run at once. How many slots and bindings exist and how large depends only on the sequence of calls, never on
+  // their timing: a team's first call makes one slot per thread, a primitive's first call one bindings per thread,
+  // and a new largest primitive grows every free scratchpad at once (those in use on their release). So a run's
+  // first step makes them all and a steady state makes nothing.
+  struct Lease {
+    Matmul* matmul = nullptr;
+    std::unique_ptr<Bindings> bindings;
+    SlotPtr slot;
+  };
+  void acquire(const ProblemKey& key, int team, Lease& lease) {
     std::lock_guard lock(mutex);
     auto it = cache.find(key);
     if (it == cache.end()) {
       it = cache.emplace(key, make_matmul(engine, key)).first;
       if (it->second.scratchpad.get_size() > scratchpad_bytes) {
         scratchpad_bytes = it->second.scratchpad.get_size();
-        for (Scratchpad& free : free_scratchpads) free->resize(scratchpad_bytes);
+        for (SlotPtr& free : free_slots) free->scratchpad.resize(scratchpad_bytes);
       }
     }
-    for (; scratchpads < static_cast<std::size_t>(team); ++scratchpads) {
-      free_scratchpads.push_back(std::make_unique<std::vector<std::byte>>(scratchpad_bytes));
+    Matmul& mm = it->second;
+    for (; slots < static_cast<std::size_t>(team); ++slots) {
+      free_slots.push_back(std::make_unique<Slot>(engine, scratchpad_bytes));
     }
-    if (free_scratchpads.empty()) {  // more calls at once than the team's threads: not a pattern gemm.cpp makes
-      free_scratchpads.push_back(std::make_unique<std::vector<std::byte>>(scratchpad_bytes));
-      ++scratchpads;
+    if (free_slots.empty()) {  // more calls at once than the team's threads: not a pattern gemm.cpp makes
+      free_slots.push_back(std::make_unique<Slot>(engine, scratchpad_bytes));
+      ++slots;
     }
-    scratch = std::move(free_scratchpads.back());
-    free_scratchpads.pop_back();
-    if (scratch->size() < scratchpad_bytes) scratch->resize(scratchpad_bytes);
-    return it->second;
+    for (; mm.bindings < static_cast<std::size_t>(team); ++mm.bindings) {
+      mm.free_bindings.push_back(make_bindings(engine, key, mm));
+    }
+    if (mm.free_bindings.empty()) {
+      mm.free_bindings.push_back(make_bindings(engine, key, mm));
+      ++mm.bindings;
+    }
+    lease.matmul = &mm;
+    lease.slot = std::move(free_slots.back());
+    free_slots.pop_back();
+    lease.bindings = std::move(mm.free_bindings.back());
+    mm.free_bindings.pop_back();
+    if (lease.slot->scratchpad.size() < scratchpad_bytes) lease.slot->scratchpad.resize(scratchpad_bytes);
   }
-  void release(Scratchpad scratch) {
+  void release(Lease& lease) {
     std::lock_guard lock(mutex);
-    if (scratch->size() < scratchpad_bytes) scratch->resize(scratchpad_bytes);  // a larger primitive came meanwhile
-    free_scratchpads.push_back(std::move(scratch));
+    if (lease.bindings) lease.matmul->free_bindings.push_back(std::move(lease.bindings));
+    if (lease.slot) {
+      // a larger primitive came meanwhile
+      if (lease.slot->scratchpad.size() < scratchpad_bytes) lease.slot->scratchpad.resize(scratchpad_bytes);
+      free_slots.push_back(std::move(lease.slot));
+    }
   }
 };
 
@@ -153,7 +209,7 @@ std::size_t OneDnnMatmuls::primitives() const {
 }
 std::size_t OneDnnMatmuls::scratchpads() const {
   std::lock_guard lock(state_->mutex);
-  return state_->scratchpads;
+  return state_->slots;
 }
 std::size_t OneDnnMatmuls::scratchpad_bytes() const {
   std::lock_guard lock(state_->mutex);
@@ -162,39 +218,61 @@ std::size_t OneDnnMatmuls::scratchpad_bytes() const {
 
 namespace {
 
-// The scratchpad goes back to the free list however the call ends.
-class ScratchpadLease {
+// The call's share goes back to the free lists however the call ends.
+class CallLease {
  public:
-  explicit ScratchpadLease(OneDnnMatmuls::State& state) : state_(state) {}
-  ~ScratchpadLease() {
-    if (scratch_) state_.release(std::move(scratch_));
+  explicit CallLease(OneDnnMatmuls::State& state) : state_(state) {}
+  ~CallLease() {
+    if (lease_.matmul != nullptr) state_.release(lease_);
   }
-  ScratchpadLease(const ScratchpadLease&) = delete;
-  ScratchpadLease& operator=(const ScratchpadLease&) = delete;
-  Scratchpad& get() { return scratch_; }
+  CallLease(const CallLease&) = delete;
+  CallLease& operator=(const CallLease&) = delete;
+  OneDnnMatmuls::State::Lease& get() { return lease_; }
 
  private:
   OneDnnMatmuls::State& state_;
-  Scratchpad scratch_;
+  OneDnnMatmuls::State::Lease lease_;
 };
 
-// `key` is the cache's key (m and k 0 when kVarying); `m` and `k` the call's sizes.
+// A kVarying call's memory objects for its m and k (remade only where they changed since the bindings' last call).
+void bind_sizes(const dnnl::engine& engine, const ProblemKey& key, std::int64_t m, std::int64_t k, Bindings& bind) {
+  if (bind.m == m && bind.k == k) return;
+  bind.a = dnnl::memory(a_desc(key, m, k), engine, nullptr);
+  if (bind.k != k) bind.b = dnnl::memory(b_desc(key, k), engine, nullptr);
+  if (bind.m != m) bind.c = dnnl::memory(c_desc(key, m), engine, nullptr);
+  bind.m = m;
+  bind.k = k;
+}
+
+// `key` is the cache's key (m and k 0 when kVarying); `m` and `k` the call's sizes. Nothing here allocates once
+// the primitive, its bindings and the slots exist (kVarying: once its bindings have seen the call's m and k): the
+// memory objects are rebound to the call's pointers and the primitive runs through oneDNN's C interface on a fixed
+// argument array (the C++ execute() builds a std::vector of them per call).
 void run_matmul(OneDnnMatmuls::State& state, const ProblemKey& key, int team, std::int64_t m, std::int64_t k,
                 const void* a, const void* b, void* c, const float* bias) {
-  // Each call has its own scratchpad: two slices of one GEMM run the same primitive at once.
-  ScratchpadLease scratch(state);
-  const Matmul& mm = state.acquire(key, team, scratch.get());
-  const dnnl::engine& engine = state.engine;
-  dnnl::stream stream(engine);
-  const bool varying = key.shape == GemmShape::kVarying;
-  dnnl::memory ma(varying ? a_desc(key, m, k) : mm.a, engine, const_cast<void*>(a));
-  dnnl::memory mb(varying ? b_desc(key, k) : mm.b, engine, const_cast<void*>(b));
-  dnnl::memory mc(varying ? c_desc(key, m) : mm.c, engine, c);
-  dnnl::memory ms(mm.scratchpad, engine, scratch.get()->data());
-  std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
-  if (key.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(mm.bias, engine, const_cast<float*>(bias)));
-  mm.primitive.execute(stream, args);
+  // Each call has its own bindings and slot: two slices of one GEMM run the same primitive at once.
+  CallLease call(state);
+  OneDnnMatmuls::State::Lease& lease = call.get();
+  state.acquire(key, team, lease);
+  Bindings& bind = *lease.bindings;
+  if (key.shape == GemmShape::kVarying) bind_sizes(state.engine, key, m, k, bind);
+  bind.a.set_data_handle(const_cast<void*>(a));
+  bind.b.set_data_handle(const_cast<void*>(b));
+  bind.c.set_data_handle(c);
+  bind.scratchpad.set_data_handle(lease.slot->scratchpad.data());
+  dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, bind.a.get()},
+                             {DNNL_ARG_WEIGHTS, bind.b.get()},
+                             {DNNL_ARG_DST, bind.c.get()},
+                             {DNNL_ARG_SCRATCHPAD, bind.scratchpad.get()},
+                             {DNNL_ARG_BIAS, nullptr}};
+  int nargs = 4;
+  if (key.bias) {
+    bind.bias.set_data_handle(const_cast<float*>(bias));
+    args[nargs++].memory = bind.bias.get();
+  }
+  dnnl::stream& stream = lease.slot->stream;
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(lease.matmul->primitive.get(), stream.get(), nargs, args),
+                          "could not execute a primitive");
   stream.wait();
 }
 

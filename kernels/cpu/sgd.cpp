@@ -1,8 +1,6 @@
 // SGD with momentum, torch.optim.SGD semantics (dampening 0). See sgd.hpp.
 #include "kernels/cpu/sgd.hpp"
 
-#include <vector>
-
 #include "engine/core/error.hpp"
 #include "kernels/cpu/multi_tensor.hpp"
 #include "kernels/cpu/parallel.hpp"
@@ -58,19 +56,18 @@ void sgd_update_many(const SgdTensor* tensors, int64_t count, float lr, float mo
                      bool first_step) {
   CLEAVE_ASSERT(count >= 0, "sgd_update_many: negative tensor count {}", count);
   check_hyper(momentum, nesterov);
-  std::vector<detail::MultiTensorPiece> pieces;
   int64_t total = 0;
   for (int64_t t = 0; t < count; ++t) {
     CLEAVE_ASSERT(tensors[t].n >= 0, "sgd_update_many: tensor {} has negative size {}", t, tensors[t].n);
     CLEAVE_ASSERT(momentum == 0.0f || tensors[t].momentum_buf != nullptr || tensors[t].n == 0,
                   "sgd_update_many: momentum {} needs a momentum buffer (tensor {})", momentum, t);
-    detail::append_pieces(pieces, t, tensors[t].n);
     total += tensors[t].n;
   }
-  const auto piece_count = static_cast<int64_t>(pieces.size());
-  CLEAVE_PARALLEL_FOR(i, piece_count, detail::worth_parallel(total) && piece_count > 1,
-    const detail::MultiTensorPiece& piece = pieces[static_cast<size_t>(i)];
-    sgd_range(tensors[piece.tensor], piece.begin, piece.end, lr, momentum, nesterov, first_step);)
+  detail::for_each_piece(
+      count, [&](int64_t t) { return tensors[t].n; }, detail::worth_parallel(total),
+      [&](int64_t t, int64_t begin, int64_t end) {
+        sgd_range(tensors[t], begin, end, lr, momentum, nesterov, first_step);
+      });
 }
 
 }  // namespace cleave::kernels::cpu

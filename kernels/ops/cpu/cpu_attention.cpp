@@ -4,11 +4,10 @@
 // Invariant: all-bf16 problems run the kernels' bf16 overloads (bf16 score products, within bf16 rounding of the f32
 // kernel on the rounded inputs, flash_attention.hpp), any other mix the f32 kernel on f32 views; the kernels'
 // workspace comes from ctx.allocator (kWorkspace) and is returned before the slot returns.
+#include <array>
 #include <cstdint>
 #include <initializer_list>
-#include <memory>
-#include <utility>
-#include <vector>
+#include <optional>
 
 #include "kernels/cpu/blas_runtime.hpp"
 #include "kernels/cpu/flash_attention.hpp"
@@ -21,27 +20,35 @@ namespace cleave::ops::cpu_detail {
 namespace {
 
 // f32 views of an attention problem's operands: a tensor that several operands share (the packed qkv, dqkv) is
-// widened once; pointers address each operand's head 0 column.
+// widened once; pointers address each operand's head 0 column. The views live in fixed arrays (a problem has at most
+// kMaxViews distinct inputs and outputs): making them allocates no heap memory beyond a widened copy's workspace.
 class AttentionViews {
  public:
   const float* in(const Context& ctx, const AttentionOperand& op) {
-    for (auto& [t, view] : ins_) {
-      if (t.raw_data() == op.t.raw_data()) return view->get() + op.col;
+    for (int i = 0; i < ins_; ++i) {
+      if (in_keys_[i].raw_data() == op.t.raw_data()) return in_views_[i]->get() + op.col;
     }
-    ins_.emplace_back(op.t, std::make_unique<F32In>(ctx, op.t));
-    return ins_.back().second->get() + op.col;
+    CLEAVE_ASSERT(ins_ < kMaxViews, "attention: more than {} distinct input tensors", kMaxViews);
+    in_keys_[ins_] = op.t;
+    in_views_[ins_].emplace(ctx, op.t);
+    return in_views_[ins_++]->get() + op.col;
   }
   float* out(const Context& ctx, const AttentionOperand& op, bool read) {
-    for (auto& [t, view] : outs_) {
-      if (t.raw_data() == op.t.raw_data()) return view->get() + op.col;
+    for (int i = 0; i < outs_; ++i) {
+      if (out_keys_[i].raw_data() == op.t.raw_data()) return out_views_[i]->get() + op.col;
     }
-    outs_.emplace_back(op.t, std::make_unique<F32Out>(ctx, op.t, read));
-    return outs_.back().second->get() + op.col;
+    CLEAVE_ASSERT(outs_ < kMaxViews, "attention: more than {} distinct output tensors", kMaxViews);
+    out_keys_[outs_] = op.t;
+    out_views_[outs_].emplace(ctx, op.t, read);
+    return out_views_[outs_++]->get() + op.col;
   }
 
  private:
-  std::vector<std::pair<Tensor, std::unique_ptr<F32In>>> ins_;
-  std::vector<std::pair<Tensor, std::unique_ptr<F32Out>>> outs_;
+  static constexpr int kMaxViews = 8;  // the backward reads q, k, v, out, dout, lse: six at most
+  std::array<Tensor, kMaxViews> in_keys_, out_keys_;
+  std::array<std::optional<F32In>, kMaxViews> in_views_;
+  std::array<std::optional<F32Out>, kMaxViews> out_views_;  // written back (narrowed) when the views go
+  int ins_ = 0, outs_ = 0;
 };
 
 kc::FlashAttentionShape flash_shape(const AttentionProblem& p) { return flash_shape_of<kc::FlashAttentionShape>(p); }

@@ -7,7 +7,6 @@
 #include <array>
 #include <cstring>
 #include <span>
-#include <vector>
 
 #include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/cast.hpp"
@@ -18,6 +17,7 @@
 #include "kernels/cpu/softmax.hpp"
 #include "kernels/ops/cpu/cpu_resources.hpp"
 #include "kernels/ops/cpu/cpu_slots.hpp"
+#include "kernels/ops/cpu/scratch_table.hpp"
 #include "kernels/ops/cpu_chunked_view.hpp"
 #include "kernels/ops/cpu_f32_view.hpp"
 
@@ -78,14 +78,18 @@ void scale_inplace(const Context& ctx, const Tensor& y, float alpha) { scale_chu
 
 // The f32 tensors in one kernel call (one OpenMP team, elementwise.hpp); a bf16 one through scale_inplace's
 // chunked widen-scale-narrow, as alone (the tensors do not overlap, so the order between the two groups is free).
+// The f32 list lives in the run's scratch, leased after the bf16 tensors are done (scale_chunked leases it too).
 void scale_inplace_many(const Context& ctx, std::span<const Tensor> ys, float alpha) {
-  std::vector<kc::FloatSpan> f32;
-  f32.reserve(ys.size());
+  std::size_t f32_count = 0;
   for (const Tensor& y : ys) {
-    if (y.dtype() == DType::kF32) f32.push_back({y.data<float>(), y.numel()});
+    if (y.dtype() == DType::kF32) ++f32_count;
     else scale_chunked(ctx, y, alpha);
   }
-  kc::scale_inplace_many(f32.data(), static_cast<std::int64_t>(f32.size()), alpha);
+  ScratchTable<kc::FloatSpan> f32(ctx, f32_count);
+  for (const Tensor& y : ys) {
+    if (y.dtype() == DType::kF32) f32.push_back({y.data<float>(), y.numel()});
+  }
+  kc::scale_inplace_many(f32.data(), f32.size(), alpha);
 }
 
 void axpy(const Context& ctx, float alpha, const Tensor& x, const Tensor& y) {
@@ -112,11 +116,10 @@ double sum_squares_many(const Context& ctx, std::span<const Tensor> xs) {
 // turn). A bf16 tensor is widened whole, as alone.
 kernels::ExactSquareSum sum_squares_exact(const Context& ctx, std::span<const Tensor> xs) {
   F32Inputs inputs(ctx);
-  std::vector<kc::ConstFloatSpan> spans;
-  spans.reserve(xs.size());
+  ScratchTable<kc::ConstFloatSpan> spans(ctx, xs.size());
   for (const Tensor& x : xs) spans.push_back({inputs.view(x), x.numel()});
   kernels::ExactSquareSum total;
-  kc::sum_squares_exact_many(spans.data(), static_cast<std::int64_t>(spans.size()), total);
+  kc::sum_squares_exact_many(spans.data(), spans.size(), total);
   return total;
 }
 

@@ -4,11 +4,11 @@
 // bit for bit, the single-tensor update of each item in turn (adamw.hpp, sgd.hpp).
 #include <cstdint>
 #include <span>
-#include <vector>
 
 #include "kernels/cpu/adamw.hpp"
 #include "kernels/cpu/sgd.hpp"
 #include "kernels/ops/cpu/cpu_slots.hpp"
+#include "kernels/ops/cpu/scratch_table.hpp"
 #include "kernels/ops/cpu_f32_view.hpp"
 
 namespace cleave::ops::cpu_detail {
@@ -27,29 +27,28 @@ void sgd_update(const Context& ctx, const Tensor& param, const Tensor& grad, con
                  param.numel(), h.lr, h.momentum, h.weight_decay, h.nesterov, h.first_step);
 }
 
-// All items in one kernel call (one OpenMP team; adamw.hpp, sgd.hpp). A bf16 grad is widened whole, as above.
+// All items in one kernel call (one OpenMP team; adamw.hpp, sgd.hpp), their list in the run's scratch (no allocation
+// in a steady state). A bf16 grad is widened whole, as above.
 void adamw_update_many(const Context& ctx, std::span<const AdamWItem> items, const AdamWHyper& h) {
   F32Inputs grads(ctx);
-  std::vector<kc::AdamWTensor> tensors;
-  tensors.reserve(items.size());
+  ScratchTable<kc::AdamWTensor> tensors(ctx, items.size());
   for (const AdamWItem& item : items) {
     tensors.push_back({item.param.data<float>(), grads.view(item.grad), item.m.data<float>(), item.v.data<float>(),
                        item.param.numel(), item.weight_decay});
   }
-  kc::adamw_update_many(tensors.data(), static_cast<std::int64_t>(tensors.size()), h.lr, h.beta1, h.beta2, h.eps,
+  kc::adamw_update_many(tensors.data(), tensors.size(), h.lr, h.beta1, h.beta2, h.eps,
                         h.step);
 }
 
 void sgd_update_many(const Context& ctx, std::span<const SgdItem> items, const SgdHyper& h) {
   F32Inputs grads(ctx);
-  std::vector<kc::SgdTensor> tensors;
-  tensors.reserve(items.size());
+  ScratchTable<kc::SgdTensor> tensors(ctx, items.size());
   for (const SgdItem& item : items) {
     tensors.push_back({item.param.data<float>(), grads.view(item.grad),
                        item.momentum_buf.defined() ? item.momentum_buf.data<float>() : nullptr, item.param.numel(),
                        item.weight_decay});
   }
-  kc::sgd_update_many(tensors.data(), static_cast<std::int64_t>(tensors.size()), h.lr, h.momentum, h.nesterov,
+  kc::sgd_update_many(tensors.data(), tensors.size(), h.lr, h.momentum, h.nesterov,
                       h.first_step);
 }
 

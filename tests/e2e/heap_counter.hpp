@@ -1,0 +1,40 @@
+// Counts the heap allocations (global operator new, every form) a stretch of code makes, for the steady-state
+// test (steady_state_heap_test.cpp). Linking heap_counter.cpp replaces the program's operator new and delete, so
+// it lives in a test binary of its own, linked with its symbols exported (ENABLE_EXPORTS) so that dladdr names our
+// functions: the counting is process state by nature (the one place a test keeps any).
+//
+// Each allocation made while counting is charged to one owner, read from its call stack:
+//  - kOneDnnExecute: made inside oneDNN's dnnl_primitive_execute (oneDNN 2.x builds a map of the call's arguments
+//    and an execution context per execute: out of our reach);
+//  - kMpi: made inside the MPI library (a frame in libmpi, libopen-pal, libopen-rte, pmix or ucx);
+//  - kKernels: else, when the innermost named function of ours is in the kernel layer: cleave::kernels (the CPU
+//    kernels, GEMMs through oneDNN included: a dnnl::stream or dnnl::memory made per call is ours) or
+//    cleave::ops::cpu_detail (the CPU backend's op slots);
+//  - kEngine: else, when it is any other function of ours (tensors, the allocator's cache, layers, optimizer,
+//    executor, trainer);
+//  - kUnnamed: no named function of ours on the stack (code of ours with internal linkage run from an OpenMP worker,
+//    or a library's own thread).
+// malloc from C code (OpenBLAS, libgomp, MPI's own allocators, oneDNN's buffers) is not operator new and is not
+// counted. CLEAVE_HEAP_TRACE=N prints the call stacks of the first N allocations of each stretch not charged to
+// oneDNN's execute or MPI (stderr; addresses for addr2line).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace cleave::testing::heap {
+
+struct Counts {
+  std::int64_t kernels = 0;
+  std::int64_t engine = 0;
+  std::int64_t unnamed = 0;
+  std::int64_t onednn_execute = 0;
+  std::int64_t mpi = 0;
+  std::string str() const;
+};
+
+// Counting between start() and stop() (one stretch at a time).
+void start();
+Counts stop();
+
+}  // namespace cleave::testing::heap

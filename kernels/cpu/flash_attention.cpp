@@ -6,9 +6,10 @@
 // unnormalised accumulator, then acc += P V (GEMM). Each output row has a single writer and every block GEMM runs on
 // its thread alone, so the bits depend neither on the thread count nor on how the batch and the heads are split.
 //
-// bf16 operands: written once over the element type. The score product Q K^T runs on the bf16 blocks
-// (flash_attention_dots.hpp: key pairs packed once per key block); V is widened (exactly) into the thread's scratch
-// as it is loaded, each output row narrowed as it is stored.
+// bf16 operands: written once over the element type. Both products run on the bf16 dot path
+// (flash_attention_dots.hpp): Q K^T on the bf16 blocks (key pairs packed once per key block), P V with P rounded to
+// bf16 as it is packed (the row sums l stay those of the f32 P), V's pairs of rows packed per key block; the f32
+// accumulator is narrowed once per output row.
 #include "kernels/cpu/flash_attention.hpp"
 
 #include <omp.h>
@@ -38,7 +39,8 @@ struct ForwardScratch {
   float* l;       // [bq] row sums
   float* k_rhs;   // f32: [hd, bk] the key block transposed; bf16: its pairs
   float* q_lhs;   // bf16 only: Q's rows for the dot path
-  float* v_buf;   // bf16 only: widened V [bk, hd]
+  float* p_lhs;   // bf16 only: P rounded
+  float* v_rhs;   // bf16 only: V's pairs along the keys
 };
 ForwardScratch forward_scratch(float* base, const FlashAttentionShape& s, bool bf16) {
   const int64_t bq = block_q(s), bk = block_k(s), hd = s.head_dim;
@@ -49,7 +51,8 @@ ForwardScratch forward_scratch(float* base, const FlashAttentionShape& s, bool b
   w.l = w.m + bq;
   w.k_rhs = w.l + bq;
   w.q_lhs = bf16 ? w.k_rhs + flash_dots::pairs_floats(bk, hd) : nullptr;
-  w.v_buf = bf16 ? w.q_lhs + flash_dots::rows_floats(bq, hd) : nullptr;
+  w.p_lhs = bf16 ? w.q_lhs + flash_dots::rows_floats(bq, hd) : nullptr;
+  w.v_rhs = bf16 ? w.p_lhs + flash_dots::rounded_floats(bq, bk) : nullptr;
   return w;
 }
 
@@ -93,8 +96,13 @@ void forward_task(const T* q, const T* k, const T* v, T* out, float* lse, const 
     const ScoreRhs kt = prepare_rhs(kg + kb * s.ld_k, s.ld_k, cols, hd, w.k_rhs, bk);
     score_product<T>(paths.dot, qh, kt, rows, cols, hd, bk, s.scale, w.S);
     flash_rows::softmax_update(paths.isa, s, {p_first, rows, kb, cols, bk}, w.S, w.m, w.l, w.acc, hd);
-    const Block vt = load_block(vg + kb * s.ld_v, s.ld_v, cols, hd, w.v_buf);
-    single_gemm(false, false, rows, hd, cols, 1.0f, w.S, bk, vt.p, vt.ld, 1.0f, w.acc, hd);
+    if constexpr (std::is_same_v<T, std::uint16_t>) {
+      flash_dots::pack_pairs_of_rows(vg + kb * s.ld_v, s.ld_v, cols, hd, w.v_rhs);
+      const flash_dots::Lhs p = flash_dots::pack_rows_rounded(paths.dot, w.S, bk, rows, cols, w.p_lhs);
+      flash_dots::products(paths.dot, p, rows, w.v_rhs, hd, cols, w.acc, hd);
+    } else {
+      single_gemm(false, false, rows, hd, cols, 1.0f, w.S, bk, vg + kb * s.ld_v, s.ld_v, 1.0f, w.acc, hd);
+    }
   }
   store_forward_rows(s, w, rows, lse + (b * s.q_heads + h) * s.q_len + i0, out + (b * s.q_len + i0) * s.ld_o + h * hd);
 }

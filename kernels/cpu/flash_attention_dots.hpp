@@ -46,4 +46,33 @@ void pack_rows(DotIsa isa, const std::uint16_t* a, int64_t ld, int64_t rows, int
 void scores(DotIsa isa, const float* a, int64_t rows, const float* b, int64_t cols, int64_t hd, float scale, float* S,
             int64_t ld);
 
+// The value products (P V; backward P^T dO, dS K, dS^T Q): f32 P and dS rounded to bf16 as they are packed, as
+// FlashAttention-2 and PyTorch's CPU flash kernel do, then the same pairwise f32 sums as the score products.
+//
+// The left-hand operand's pairs: row r's pair p at pair index r * rs + p * ps (a bf16 pair one 32-bit word for
+// kAvx512Bf16, two floats for the FMA paths).
+struct Lhs {
+  const float* p;
+  int64_t rs, ps;
+};
+
+// Floats pack_rows_rounded / pack_columns_rounded write for `rows` operand rows over k (either way).
+inline int64_t rounded_floats(int64_t rows, int64_t k) { return rows * pair_dim(k); }
+
+// a [rows, k] f32 (row stride ld) rounded (float_to_bf16; zeros and subnormals to +0, which vdpbf16ps would read as
+// zero) as operand rows over k.
+Lhs pack_rows_rounded(DotIsa isa, const float* a, int64_t ld, int64_t rows, int64_t k, float* out);
+
+// a^T for a [k, cols] f32 (row stride ld), rounded as pack_rows_rounded: `cols` operand rows over k, packed from
+// pairs of a's rows (no transpose).
+Lhs pack_columns_rounded(DotIsa isa, const float* a, int64_t ld, int64_t k, int64_t cols, float* out);
+
+// b [k, n] bf16 (row stride ld) as a products' right-hand side: the layout pack_pairs gives b^T (pairs of b's rows
+// per column, columns padded to kPairCols, zero past k and n); pairs_floats(n, k) floats.
+void pack_pairs_of_rows(const std::uint16_t* b, int64_t ld, int64_t k, int64_t n, float* out);
+
+// C[r, c] += sum_i a[r, i] b[i, c] for r < rows, c < cols (row stride ld): the pairwise sum from zero, then added to
+// C once; a from pack_rows_rounded / pack_columns_rounded (isa), b from pack_pairs_of_rows.
+void products(DotIsa isa, const Lhs& a, int64_t rows, const float* b, int64_t cols, int64_t k, float* C, int64_t ld);
+
 }  // namespace cleave::kernels::cpu::flash_dots

@@ -33,8 +33,11 @@ struct Case {
   bool causal = true;
 };
 
+// The results, and the sums of the magnitudes of their terms (out: sum_j p_ij |v_j|; dv: sum_i p_ij |dout_i|;
+// dq: sum_j |ds_ij| |k_j|; dk: sum_i |ds_ij| |q_i|), the scale of the error of rounding p and ds.
 struct Ref {
   std::vector<double> out, lse, dq, dk, dv;
+  std::vector<double> out_mag, dq_mag, dk_mag, dv_mag;
 };
 
 bool visible(const Case& c, int64_t i, int64_t j) {
@@ -52,6 +55,10 @@ Ref reference(const Case& c, const std::vector<float>& q, const std::vector<floa
   r.dq.assign(q.size(), 0.0);
   r.dk.assign(k.size(), 0.0);
   r.dv.assign(v.size(), 0.0);
+  r.out_mag.assign(q.size(), 0.0);
+  r.dq_mag.assign(q.size(), 0.0);
+  r.dk_mag.assign(k.size(), 0.0);
+  r.dv_mag.assign(v.size(), 0.0);
   r.lse.assign(static_cast<size_t>(c.B * c.Hq * c.Tq), -std::numeric_limits<double>::infinity());
   std::vector<double> p(static_cast<size_t>(c.Tk));
   for (int64_t b = 0; b < c.B; ++b) {
@@ -77,8 +84,12 @@ Ref reference(const Case& c, const std::vector<float>& q, const std::vector<floa
         r.lse[(b * c.Hq + h) * c.Tq + i] = mx + std::log(sum);
         for (int64_t j = 0; j < c.Tk; ++j) p[j] = visible(c, i, j) ? std::exp(p[j] - mx) / sum : 0.0;
         double* oi = &r.out[(b * c.Tq + i) * ldq + h * hd];
+        double* oi_mag = &r.out_mag[(b * c.Tq + i) * ldq + h * hd];
         for (int64_t j = 0; j < c.Tk; ++j) {
-          for (int64_t d = 0; d < hd && p[j] != 0.0; ++d) oi[d] += p[j] * v[(b * c.Tk + j) * ldk + g * hd + d];
+          for (int64_t d = 0; d < hd && p[j] != 0.0; ++d) {
+            oi[d] += p[j] * v[(b * c.Tk + j) * ldk + g * hd + d];
+            oi_mag[d] += p[j] * std::fabs(v[(b * c.Tk + j) * ldk + g * hd + d]);
+          }
         }
         const float* doi = &dout[(b * c.Tq + i) * ldq + h * hd];
         double D = 0.0;
@@ -89,9 +100,13 @@ Ref reference(const Case& c, const std::vector<float>& q, const std::vector<floa
           for (int64_t d = 0; d < hd; ++d) dp += double(doi[d]) * v[(b * c.Tk + j) * ldk + g * hd + d];
           const double ds = p[j] * (dp - D) * scale;
           for (int64_t d = 0; d < hd; ++d) {
-            r.dq[(b * c.Tq + i) * ldq + h * hd + d] += ds * k[(b * c.Tk + j) * ldk + g * hd + d];
-            r.dk[(b * c.Tk + j) * ldk + g * hd + d] += ds * qi[d];
-            r.dv[(b * c.Tk + j) * ldk + g * hd + d] += p[j] * doi[d];
+            const size_t at_q = (b * c.Tq + i) * ldq + h * hd + d, at_k = (b * c.Tk + j) * ldk + g * hd + d;
+            r.dq[at_q] += ds * k[at_k];
+            r.dk[at_k] += ds * qi[d];
+            r.dv[at_k] += p[j] * doi[d];
+            r.dq_mag[at_q] += std::fabs(ds * k[at_k]);
+            r.dk_mag[at_k] += std::fabs(ds * qi[d]);
+            r.dv_mag[at_k] += std::fabs(p[j] * doi[d]);
           }
         }
       }
@@ -339,17 +354,34 @@ TEST(FlashAttention, MergedKeyChunksEqualFullAttention) {
   expect_close(dkb, chunk(want.dk, split, full.Tk), 1e-5, 1e-4, "chunk b dk");
 }
 
-// bf16 operands (kernels/cpu/flash_attention_dots.hpp for the score products, the other blocks widened as they are
-// loaded, f32 statistics and accumulation, outputs narrowed once) against the double reference on the widened
-// operands: every shape above (GQA groups, head dims 6 and 64, rows that see no key, windows, offsets, non-causal,
-// T 1000 with the backward's query chunks), 1 and 2 threads with the same bits, gradients written and accumulated
-// onto non-zero bf16 values; and the packed q | k | v layout (row stride larger than a head block) with the
-// unpacked bits. Bound: each output within half a bf16 ulp of the f32 kernel's error (out, lse), the gradients
-// also carry the narrowed out's error through D = rowsum(dO * O).
+// bf16 operands (kernels/cpu/flash_attention_dots.hpp: every product on the bf16 dot path, P and dS rounded to bf16
+// before the value products, f32 statistics and accumulation, outputs narrowed once) against the double reference
+// on the widened operands: every shape above (GQA groups, head dims 6 and 64, rows that see no key, windows,
+// offsets, non-causal, T 1000 with the backward's query chunks), 1 and 2 threads with the same bits, gradients
+// written and accumulated onto non-zero bf16 values; and the packed q | k | v layout (row stride larger than a head
+// block) with the unpacked bits. Bound: each output within half a bf16 ulp of itself plus half a bf16 ulp of the sum
+// of its terms' magnitudes (the rounding of p and ds, at most half an ulp each) plus the f32 kernel's error; lse as
+// the f32 kernel; the gradients also carry the narrowed out's error through D = rowsum(dO * O).
 double max_abs(const std::vector<double>& x) {
   double m = 0.0;
   for (double e : x) m = std::max(m, std::fabs(e));
   return m;
+}
+
+// |got - want| <= atol + rtol (|want| + mag) element by element.
+void expect_within(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& mag,
+                   double atol, double rtol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t wrong = 0;
+  std::string first;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool ok = std::fabs(got[i] - want[i]) <= atol + rtol * (std::fabs(want[i]) + mag[i]);  // false for NaN
+    if (!ok && wrong++ < 5) {
+      first += "\n  [" + std::to_string(i) + "] got " + std::to_string(got[i]) + " want " + std::to_string(want[i]) +
+               " magnitude " + std::to_string(mag[i]);
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " of " << got.size() << " elements differ" << first;
 }
 
 TEST(FlashAttention, Bf16MatchesDoubleReference) {
@@ -370,7 +402,7 @@ TEST(FlashAttention, Bf16MatchesDoubleReference) {
       std::vector<uint16_t> out(nq, 0x7fc1);
       auto lse = poisoned(want.lse.size());
       flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), s, ws.data(), threads);
-      expect_close(widened(out), want.out, tol, kHalfUlp, at + " out");
+      expect_within(widened(out), want.out, want.out_mag, tol, kHalfUlp, at + " out");
       expect_close(no_inf(lse), no_inf(want.lse), tol, tol, at + " lse");
       for (bool acc : {false, true}) {
         std::vector<uint16_t> dq = acc ? dq0 : std::vector<uint16_t>(nq, 0x7fc1);
@@ -382,6 +414,7 @@ TEST(FlashAttention, Bf16MatchesDoubleReference) {
         const std::vector<uint16_t>* got[] = {&dq, &dk, &dv};
         const std::vector<uint16_t>* start[] = {&dq0, &dk0, &dv0};
         const std::vector<double>* grads[] = {&want.dq, &want.dk, &want.dv};
+        const std::vector<double>* mags[] = {&want.dq_mag, &want.dk_mag, &want.dv_mag};
         for (int i = 0; i < 3; ++i) {
           std::vector<double> w = *grads[i];
           if (acc) {
@@ -390,8 +423,8 @@ TEST(FlashAttention, Bf16MatchesDoubleReference) {
           }
           // The narrowed out moves D by up to half an ulp of |dO . O|: a small absolute error, against the
           // largest gradient.
-          expect_close(widened(*got[i]), w, 4 * tol + 4e-3 * max_abs(*grads[i]), kHalfUlp,
-                       what + " d" + "qkv"[i]);
+          expect_within(widened(*got[i]), w, *mags[i], 4 * tol + 4e-3 * max_abs(*grads[i]), kHalfUlp,
+                        what + " d" + "qkv"[i]);
         }
         if (!acc && threads == 1) first[0] = out, first[1] = dq, first[2] = dk, first[3] = dv;
         if (!acc && threads == 2) {

@@ -97,7 +97,7 @@ void forward_task(const T* q, const T* k, const T* v, T* out, float* lse, const 
     score_product<T>(paths.dot, qh, kt, rows, cols, hd, bk, s.scale, w.S);
     flash_rows::softmax_update(paths.isa, s, {p_first, rows, kb, cols, bk}, w.S, w.m, w.l, w.acc, hd);
     if constexpr (std::is_same_v<T, std::uint16_t>) {
-      flash_dots::pack_pairs_of_rows(vg + kb * s.ld_v, s.ld_v, cols, hd, w.v_rhs);
+      flash_dots::pack_pairs_of_rows(paths.dot, vg + kb * s.ld_v, s.ld_v, cols, hd, w.v_rhs);
       const flash_dots::Lhs p = flash_dots::pack_rows_rounded(paths.dot, w.S, bk, rows, cols, w.p_lhs);
       flash_dots::products(paths.dot, p, rows, w.v_rhs, hd, cols, w.acc, hd);
     } else {

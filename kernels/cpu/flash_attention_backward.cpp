@@ -198,8 +198,8 @@ void backward_head_on_key_block(const T* q, const float* lse, const T* dout, T* 
     if constexpr (std::is_same_v<T, std::uint16_t>) {
       // P and dS rounded to bf16 (flash_attention_dots.hpp), each once per operand layout.
       using flash_dots::products;
-      flash_dots::pack_pairs_of_rows(doh + i0 * s.ld_o, s.ld_o, rows, hd, w.do_pairs);
-      flash_dots::pack_pairs_of_rows(qh + i0 * s.ld_q, s.ld_q, rows, hd, w.q_pairs);
+      flash_dots::pack_pairs_of_rows(paths.dot, doh + i0 * s.ld_o, s.ld_o, rows, hd, w.do_pairs);
+      flash_dots::pack_pairs_of_rows(paths.dot, qh + i0 * s.ld_q, s.ld_q, rows, hd, w.q_pairs);
       products(paths.dot, flash_dots::pack_columns_rounded(paths.dot, w.P, bk, rows, cols, w.t_lhs), cols,
                w.do_pairs, hd, rows, w.dv_chunk, hd);
       products(paths.dot, flash_dots::pack_rows_rounded(paths.dot, w.dP, bk, rows, cols, w.ds_lhs), rows,
@@ -269,7 +269,7 @@ void backward_task(const T* q, const T* k, const T* v, const T* out, const float
     query_range(s, kb, kb + kblk.cols, i_begin, i_end);
     if (std::max(i_begin, t.lo) < std::min(i_end, t.hi)) {
       if constexpr (std::is_same_v<T, std::uint16_t>) {
-        flash_dots::pack_pairs_of_rows(kg + kb * s.ld_k, s.ld_k, kblk.cols, hd, w.k_pairs);
+        flash_dots::pack_pairs_of_rows(paths.dot, kg + kb * s.ld_k, s.ld_k, kblk.cols, hd, w.k_pairs);
         kblk.kt = {w.k_pairs, 0};
       } else {
         kblk.kt = {kg + kb * s.ld_k, s.ld_k};

@@ -68,8 +68,9 @@ Lhs pack_rows_rounded(DotIsa isa, const float* a, int64_t ld, int64_t rows, int6
 Lhs pack_columns_rounded(DotIsa isa, const float* a, int64_t ld, int64_t k, int64_t cols, float* out);
 
 // b [k, n] bf16 (row stride ld) as a products' right-hand side: the layout pack_pairs gives b^T (pairs of b's rows
-// per column, columns padded to kPairCols, zero past k and n); pairs_floats(n, k) floats.
-void pack_pairs_of_rows(const std::uint16_t* b, int64_t ld, int64_t k, int64_t n, float* out);
+// per column, columns padded to kPairCols, zero past k and n); pairs_floats(n, k) floats. The same bits on every
+// path (isa picks the vector width of the copy).
+void pack_pairs_of_rows(DotIsa isa, const std::uint16_t* b, int64_t ld, int64_t k, int64_t n, float* out);
 
 // C[r, c] += sum_i a[r, i] b[i, c] for r < rows, c < cols (row stride ld): the pairwise sum from zero, then added to
 // C once; a from pack_rows_rounded / pack_columns_rounded (isa), b from pack_pairs_of_rows.

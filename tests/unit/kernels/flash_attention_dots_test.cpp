@@ -81,7 +81,7 @@ std::vector<float> run_products(DotIsa isa, const std::vector<float>& a, bool tr
   const flash_dots::Lhs lhs = transposed
                                   ? flash_dots::pack_columns_rounded(isa, a.data(), rows + 1, k, rows, a_rows.data())
                                   : flash_dots::pack_rows_rounded(isa, a.data(), k + 3, rows, k, a_rows.data());
-  flash_dots::pack_pairs_of_rows(b.data(), ldb, k, n, b_pairs.data());
+  flash_dots::pack_pairs_of_rows(isa, b.data(), ldb, k, n, b_pairs.data());
   std::vector<float> C(static_cast<size_t>(rows * ld_c), 0.5f);
   flash_dots::products(isa, lhs, rows, b_pairs.data(), n, k, C.data(), ld_c);
   return C;

@@ -1,14 +1,17 @@
-// Internal to flash_attention.cpp and flash_attention_backward.cpp: the bf16 kernel's score products S = scale * A B^T
-// of two bf16 row blocks that share the head dimension (Q K^T in the forward and backward, dO V^T in the backward),
-// with f32 accumulation, on the CPU's bf16 dot-product instruction (AVX-512 BF16's vdpbf16ps) where it has one, else on
-// f32 FMAs that give its bits.
+// Internal to flash_attention.cpp and flash_attention_backward.cpp: the bf16 kernel's block products with f32
+// accumulation, on the CPU's bf16 dot-product instruction (AVX-512 BF16's vdpbf16ps) where it has one, else on f32 FMAs
+// that give its bits: the score products S = scale * A B^T of two bf16 row blocks that share the head dimension (Q K^T
+// in the forward and backward, dO V^T in the backward), and the value products C += A B (P V, P^T dO, dS K, dS^T Q)
+// with A an f32 block rounded to bf16 as it is packed (flash_attention_packs.cpp).
 //
-// Invariant: every path gives the same bits (FlashAttentionDots.EveryPathGivesTheSameBits). Element (r, c) is one
-// f32 lane accumulating over the head dimension pair by pair, each pair as vdpbf16ps adds it: acc += a[2p+1] b[2p+1],
+// Invariant: every path gives the same bits (FlashAttentionDots.EveryPathGivesTheSameBits...,
+// FlashAttentionDots.ValueProducts...). Element (r, c) is one f32 lane accumulating over the contracted dimension pair
+// by pair from zero, each pair as vdpbf16ps adds it: acc += a[2p+1] b[2p+1],
 // then acc += a[2p] b[2p], each rounded to nearest even; a product of two bf16 values is exact in f32, so these
 // are the additions of the exact products, fused or not. The one exception is the instruction's flushing of
 // subnormals (inputs, and sums below 2^-126 in magnitude, to zero), which the FMA paths do not copy; attention's
-// operands and scores never come near 1e-38. The sum is multiplied by scale once, at the end.
+// operands and scores never come near 1e-38 (P and dS: their packs flush subnormals to +0 on every path). The sum is
+// multiplied by scale once at the end (scores), or added to C once (values).
 //
 // Layouts (in the kernel's f32 scratch): B packed by pack_pairs, pairs of the head dimension interleaved per column,
 // columns padded to a multiple of kPairCols with zeros; A by pack_rows (bf16 rows, or for the FMA paths widened f32

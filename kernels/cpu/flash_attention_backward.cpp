@@ -11,10 +11,11 @@
 // Invariant: the same additions in the same order whatever the task split, so the bits depend neither on the thread
 // count nor on how the batch and the heads are split (tensor or all-to-all context parallelism).
 //
-// bf16 operands: written once over the element type. Every product runs on the bf16 dot path
-// (flash_attention_dots.hpp): the score products (Q K^T, dO V^T) on the bf16 blocks (key / value pairs packed once
-// per key block), the value products (P^T dO, dS K, dS^T Q) with P and dS rounded to bf16 as they are packed (the f32
-// P and dS feed dS and nothing else), K's pairs of rows packed once per key block, Q's and dO's per query block; the
+// bf16 operands: written once over the element type. The score products (Q K^T, dO V^T) run on the bf16 dot path
+// (flash_attention_dots.hpp: key / value pairs packed once per key block); the value products (P^T dO, dS K, dS^T Q)
+// on P and dS rounded to bf16 (the f32 P and dS feed dS and nothing else), as paths.value says: on the dot path (P
+// and dS rounded as they are packed, K's pairs of rows packed once per key block, Q's and dO's per query block) or
+// on the f32 GEMM (P and dS rounded in place, K widened once per key block, Q and dO per query block); the
 // chunk's dQ is summed in f32 over the key blocks in the thread's scratch and narrowed once when the task ends, dK
 // and dV per key block (added to the widened old row when accumulating).
 #include <omp.h>
@@ -53,17 +54,20 @@ struct BackwardScratch {
   float* dv_chunk;  // [bk, hd] its dV
   float* k_rhs;   // f32: [hd, bk] K^T; bf16: K's pairs
   float* v_rhs;   // f32: [hd, bk] V^T; bf16: V's pairs
-  float* k_pairs;   // bf16 only: K's pairs along the keys (dS K)
   float* q_lhs;     // bf16 only: Q's and dO's rows for the score products
   float* do_lhs;
-  float* q_pairs;   // bf16 only: Q's and dO's pairs along the queries (dS^T Q, P^T dO)
+  // bf16 only, the value region (flash_attention_blocks.hpp): on the dot path K's pairs along the keys (dS K), Q's
+  // and dO's pairs along the queries (dS^T Q, P^T dO), dS rounded, and P^T then dS^T rounded; on the GEMM path K
+  // widened [bk, hd] (k_pairs), Q and dO widened [bq, hd] (q_pairs, do_pairs).
+  float* k_pairs;
+  float* q_pairs;
   float* do_pairs;
-  float* ds_lhs;    // bf16 only: dS rounded
-  float* t_lhs;     // bf16 only: P^T, then dS^T, rounded
+  float* ds_lhs;
+  float* t_lhs;
   float* dq_buf;   // bf16 only: [group, task rows, hd], the task's dQ in f32 until it ends
   float* row_buf;  // bf16 only: [2, hd], widened rows
 };
-BackwardScratch backward_scratch(float* base, const FlashAttentionShape& s, bool bf16) {
+BackwardScratch backward_scratch(float* base, const FlashAttentionShape& s, bool bf16, flash_dots::ValueProducts value) {
   const int64_t bq = block_q(s), bk = block_k(s), hd = s.head_dim, group = s.q_heads / s.kv_heads;
   const int64_t chunk = s.q_len;  // as per_thread_floats
   const int64_t rhs = bf16 ? flash_dots::pairs_floats(bk, hd) : hd * bk, lhs = flash_dots::rows_floats(bq, hd);
@@ -79,14 +83,19 @@ BackwardScratch backward_scratch(float* base, const FlashAttentionShape& s, bool
   w.k_rhs = w.dv_chunk + bk * hd;
   w.v_rhs = w.k_rhs + rhs;
   if (!bf16) return w;
-  w.k_pairs = w.v_rhs + rhs;
-  w.q_lhs = w.k_pairs + flash_dots::pairs_floats(hd, bk);
+  w.q_lhs = w.v_rhs + rhs;
   w.do_lhs = w.q_lhs + lhs;
-  w.q_pairs = w.do_lhs + lhs;
-  w.do_pairs = w.q_pairs + query_pairs;
-  w.ds_lhs = w.do_pairs + query_pairs;
-  w.t_lhs = w.ds_lhs + flash_dots::rounded_floats(bq, bk);
-  w.dq_buf = w.t_lhs + flash_dots::rounded_floats(bk, bq);
+  w.k_pairs = w.do_lhs + lhs;
+  if (value == flash_dots::ValueProducts::kDots) {
+    w.q_pairs = w.k_pairs + flash_dots::pairs_floats(hd, bk);
+    w.do_pairs = w.q_pairs + query_pairs;
+    w.ds_lhs = w.do_pairs + query_pairs;
+    w.t_lhs = w.ds_lhs + flash_dots::rounded_floats(bq, bk);
+  } else {
+    w.q_pairs = w.k_pairs + bk * hd;
+    w.do_pairs = w.q_pairs + bq * hd;
+  }
+  w.dq_buf = w.k_pairs + backward_value_floats(s);
   w.row_buf = w.dq_buf + group * chunk * hd;
   return w;
 }
@@ -196,6 +205,17 @@ void backward_head_on_key_block(const T* q, const float* lse, const T* dout, T* 
     flash_rows::scores_grad(paths.isa, w.P, w.D + hh * chunk + (i0 - t.lo), rows, cols, bk, s.scale, w.dP);
     float* dq_rows = dqh + (i0 - t.lo) * ld_dq;
     if constexpr (std::is_same_v<T, std::uint16_t>) {
+      if (paths.value == flash_dots::ValueProducts::kGemm) {
+        // P and dS rounded to bf16 in place (the f32 P fed dS above), Q and dO widened.
+        flash_dots::round_in_place(paths.dot, w.P, bk, rows, cols);
+        flash_dots::round_in_place(paths.dot, w.dP, bk, rows, cols);
+        const Block doi = widen_block(doh + i0 * s.ld_o, s.ld_o, rows, hd, w.do_pairs);
+        const Block qi = widen_block(qh + i0 * s.ld_q, s.ld_q, rows, hd, w.q_pairs);
+        single_gemm(true, false, cols, hd, rows, 1.0f, w.P, bk, doi.p, doi.ld, 1.0f, w.dv_chunk, hd);
+        single_gemm(false, false, rows, hd, cols, 1.0f, w.dP, bk, kblk.kt.p, kblk.kt.ld, 1.0f, dq_rows, ld_dq);
+        single_gemm(true, false, cols, hd, rows, 1.0f, w.dP, bk, qi.p, qi.ld, 1.0f, w.dk_chunk, hd);
+        continue;
+      }
       // P and dS rounded to bf16 (flash_attention_dots.hpp), each once per operand layout.
       using flash_dots::products;
       flash_dots::pack_pairs_of_rows(paths.dot, doh + i0 * s.ld_o, s.ld_o, rows, hd, w.do_pairs);
@@ -269,8 +289,12 @@ void backward_task(const T* q, const T* k, const T* v, const T* out, const float
     query_range(s, kb, kb + kblk.cols, i_begin, i_end);
     if (std::max(i_begin, t.lo) < std::min(i_end, t.hi)) {
       if constexpr (std::is_same_v<T, std::uint16_t>) {
-        flash_dots::pack_pairs_of_rows(paths.dot, kg + kb * s.ld_k, s.ld_k, kblk.cols, hd, w.k_pairs);
-        kblk.kt = {w.k_pairs, 0};
+        if (paths.value == flash_dots::ValueProducts::kDots) {
+          flash_dots::pack_pairs_of_rows(paths.dot, kg + kb * s.ld_k, s.ld_k, kblk.cols, hd, w.k_pairs);
+          kblk.kt = {w.k_pairs, 0};
+        } else {
+          kblk.kt = widen_block(kg + kb * s.ld_k, s.ld_k, kblk.cols, hd, w.k_pairs);
+        }
       } else {
         kblk.kt = {kg + kb * s.ld_k, s.ld_k};
       }
@@ -327,7 +351,7 @@ void reduce_partials(T* dk, T* dv, const FlashAttentionShape& s, bool accumulate
 
 template <class T>
 void backward(const T* q, const T* k, const T* v, const T* out, const float* lse, const T* dout, T* dq, T* dk, T* dv,
-              const FlashAttentionShape& s, bool accumulate, float* workspace, int threads) {
+              const FlashAttentionShape& s, bool accumulate, float* workspace, int threads, FlashValuePath value_path) {
   constexpr bool kBf16 = std::is_same_v<T, std::uint16_t>;
   check_shape("flash_attention_backward", s);
   const int team = std::max(threads, 1);
@@ -338,10 +362,10 @@ void backward(const T* q, const T* k, const T* v, const T* out, const float* lse
   float* partials = workspace + team * scratch;
   const bool parallel =
       tasks > 1 && detail::worth_parallel(s.q_len * s.kv_len * s.head_dim * s.batch * s.q_heads / 2);
-  const Paths paths = run_paths();
+  const Paths paths = run_paths(value_path);
 #pragma omp parallel num_threads(team) if (parallel)
   {
-    const BackwardScratch w = backward_scratch(workspace + omp_get_thread_num() * scratch, s, kBf16);
+    const BackwardScratch w = backward_scratch(workspace + omp_get_thread_num() * scratch, s, kBf16, paths.value);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       // The last chunk first: under a causal mask it sees the most keys.
@@ -363,14 +387,14 @@ void backward(const T* q, const T* k, const T* v, const T* out, const float* lse
 void flash_attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
                               const float* dout, float* dq, float* dk, float* dv, const FlashAttentionShape& s,
                               bool accumulate, float* workspace, int threads) {
-  backward(q, k, v, out, lse, dout, dq, dk, dv, s, accumulate, workspace, threads);
+  backward(q, k, v, out, lse, dout, dq, dk, dv, s, accumulate, workspace, threads, FlashValuePath::kAuto);
 }
 
 void flash_attention_backward(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
                               const std::uint16_t* out, const float* lse, const std::uint16_t* dout, std::uint16_t* dq,
                               std::uint16_t* dk, std::uint16_t* dv, const FlashAttentionShape& s, bool accumulate,
-                              float* workspace, int threads) {
-  backward(q, k, v, out, lse, dout, dq, dk, dv, s, accumulate, workspace, threads);
+                              float* workspace, int threads, FlashValuePath value_path) {
+  backward(q, k, v, out, lse, dout, dq, dk, dv, s, accumulate, workspace, threads, value_path);
 }
 
 }  // namespace cleave::kernels::cpu

@@ -79,4 +79,18 @@ void pack_pairs_of_rows(DotIsa isa, const std::uint16_t* b, int64_t ld, int64_t 
 // C once; a from pack_rows_rounded / pack_columns_rounded (isa), b from pack_pairs_of_rows.
 void products(DotIsa isa, const Lhs& a, int64_t rows, const float* b, int64_t cols, int64_t k, float* C, int64_t ld);
 
+// Where the value products run, a function of the CPU's path alone: on products() only with the bf16 dot instruction
+// (kAvx512Bf16); the FMA paths' copy of its bits is slower there than the f32 block GEMM
+// (benchmarks/kernels/RESULTS-2026-11-30-c-attention.md), so elsewhere the kernel runs the f32 GEMM on P and dS
+// rounded in place (round_in_place) and the bf16 blocks widened: the same rounding of P and dS, other bits (the
+// GEMM sums in its own order).
+enum class ValueProducts { kDots, kGemm };
+inline ValueProducts value_products_for(DotIsa isa) {
+  return isa == DotIsa::kAvx512Bf16 ? ValueProducts::kDots : ValueProducts::kGemm;
+}
+
+// a [rows, cols] f32 (row stride ld) rounded in place to bf16 values as pack_rows_rounded rounds them (float_to_bf16,
+// zeros and subnormals to +0), kept in f32; isa picks the vector width, the bits are the same.
+void round_in_place(DotIsa isa, float* a, int64_t ld, int64_t rows, int64_t cols);
+
 }  // namespace cleave::kernels::cpu::flash_dots

@@ -1,6 +1,6 @@
 // The bf16 flash kernel's value-product operands (see flash_attention_dots.hpp): f32 P and dS rounded to bf16 as
-// rows or as pairs of rows (their transposes without a transpose), and bf16 blocks as pairs of rows. Integer work
-// only, compiled per vector width: every path gives the same bits.
+// rows or as pairs of rows (their transposes without a transpose) or in place (the GEMM path), and bf16 blocks as
+// pairs of rows. Integer work only, compiled per vector width: every path gives the same bits.
 #include "kernels/cpu/flash_attention_dots.hpp"
 
 #include <cstdint>
@@ -73,6 +73,15 @@ template <bool kBf16>
   }
 }
 
+// Rows of a rounded in place (kept in f32).
+[[gnu::always_inline]] inline void round_rows_in_place(float* a, int64_t ld, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    auto* x = reinterpret_cast<std::uint32_t*>(a + r * ld);
+#pragma omp simd
+    for (int64_t i = 0; i < cols; ++i) x[i] = operand_bits(__builtin_bit_cast(float, x[i])) << 16;
+  }
+}
+
 void round_rows_baseline(const float* a, int64_t ld, int64_t rows, int64_t k, float* out) {
   round_rows<false>(a, ld, rows, k, pair_dim(k), out);
 }
@@ -103,6 +112,13 @@ __attribute__((target("avx512f,avx512bw"))) void round_rows_avx512_bf16(const fl
 __attribute__((target("avx512f,avx512bw"))) void round_row_pairs_avx512_bf16(const float* a, int64_t ld, int64_t k,
                                                                              int64_t n, float* out) {
   round_row_pairs<true>(a, ld, k, n, out);
+}
+__attribute__((target("avx2,fma"))) void round_in_place_avx2(float* a, int64_t ld, int64_t rows, int64_t cols) {
+  round_rows_in_place(a, ld, rows, cols);
+}
+__attribute__((target("avx512f,avx512bw"))) void round_in_place_avx512(float* a, int64_t ld, int64_t rows,
+                                                                       int64_t cols) {
+  round_rows_in_place(a, ld, rows, cols);
 }
 #endif
 
@@ -168,6 +184,14 @@ void pack_pairs_of_rows(DotIsa isa, const std::uint16_t* b, int64_t ld, int64_t 
   if (isa == DotIsa::kAvx512Bf16 || isa == DotIsa::kAvx512) return pairs_of_rows_avx512(b, ld, k, n, out);
 #endif
   pairs_of_rows<void>(b, ld, k, n, out);
+}
+
+void round_in_place(DotIsa isa, float* a, int64_t ld, int64_t rows, int64_t cols) {
+#if defined(__x86_64__)
+  if (isa == DotIsa::kAvx512Bf16 || isa == DotIsa::kAvx512) return round_in_place_avx512(a, ld, rows, cols);
+  if (isa == DotIsa::kAvx2) return round_in_place_avx2(a, ld, rows, cols);
+#endif
+  round_rows_in_place(a, ld, rows, cols);
 }
 
 }  // namespace cleave::kernels::cpu::flash_dots

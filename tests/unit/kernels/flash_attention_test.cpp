@@ -354,8 +354,9 @@ TEST(FlashAttention, MergedKeyChunksEqualFullAttention) {
   expect_close(dkb, chunk(want.dk, split, full.Tk), 1e-5, 1e-4, "chunk b dk");
 }
 
-// bf16 operands (kernels/cpu/flash_attention_dots.hpp: every product on the bf16 dot path, P and dS rounded to bf16
-// before the value products, f32 statistics and accumulation, outputs narrowed once) against the double reference
+// bf16 operands (kernels/cpu/flash_attention_dots.hpp: the score products on the bf16 dot path, P and dS rounded to
+// bf16 before the value products, which run on the dot path or the f32 GEMM, f32 statistics and accumulation, outputs
+// narrowed once) against the double reference
 // on the widened operands: every shape above (GQA groups, head dims 6 and 64, rows that see no key, windows,
 // offsets, non-causal, T 1000 with the backward's query chunks), 1 and 2 threads with the same bits, gradients
 // written and accumulated onto non-zero bf16 values; and the packed q | k | v layout (row stride larger than a head
@@ -384,9 +385,14 @@ void expect_within(const std::vector<float>& got, const std::vector<double>& wan
   EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " of " << got.size() << " elements differ" << first;
 }
 
-TEST(FlashAttention, Bf16MatchesDoubleReference) {
+// Each value-product path forced (the dot path runs on the FMA paths' copy of its bits where the CPU lacks the
+// instruction), so the test does not depend on the machine.
+class FlashAttentionBf16Test : public ::testing::TestWithParam<FlashValuePath> {};
+
+TEST_P(FlashAttentionBf16Test, MatchesDoubleReference) {
   using test::random_bf16;
   using test::widened;
+  const FlashValuePath path = GetParam();
   for (const Case& c : kCases) {
     const FlashAttentionShape s = shape_of(c);
     const auto nq = static_cast<size_t>(c.B * c.Tq * c.Hq * c.hd), nk = static_cast<size_t>(c.B * c.Tk * c.Hkv * c.hd);
@@ -401,7 +407,7 @@ TEST(FlashAttention, Bf16MatchesDoubleReference) {
       std::vector<float> ws(flash_attention_workspace_floats(s, threads, true), std::nanf(""));
       std::vector<uint16_t> out(nq, 0x7fc1);
       auto lse = poisoned(want.lse.size());
-      flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), s, ws.data(), threads);
+      flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), s, ws.data(), threads, path);
       expect_within(widened(out), want.out, want.out_mag, tol, kHalfUlp, at + " out");
       expect_close(no_inf(lse), no_inf(want.lse), tol, tol, at + " lse");
       for (bool acc : {false, true}) {
@@ -409,7 +415,7 @@ TEST(FlashAttention, Bf16MatchesDoubleReference) {
         std::vector<uint16_t> dk = acc ? dk0 : std::vector<uint16_t>(nk, 0x7fc1);
         std::vector<uint16_t> dv = acc ? dv0 : std::vector<uint16_t>(nk, 0x7fc1);
         flash_attention_backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
-                                 dk.data(), dv.data(), s, acc, ws.data(), threads);
+                                 dk.data(), dv.data(), s, acc, ws.data(), threads, path);
         const std::string what = at + (acc ? " accumulate" : " write");
         const std::vector<uint16_t>* got[] = {&dq, &dk, &dv};
         const std::vector<uint16_t>* start[] = {&dq0, &dk0, &dv0};
@@ -454,19 +460,26 @@ TEST(FlashAttention, Bf16MatchesDoubleReference) {
     std::vector<float> ws(flash_attention_workspace_floats(s, 2, true));
     std::vector<uint16_t> out(nq), dq = dq0, dk = dk0, dv = dv0;
     std::vector<float> lse(want.lse.size());
-    flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), s, ws.data(), 2);
+    flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), s, ws.data(), 2, path);
     flash_attention_backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(), dk.data(),
-                             dv.data(), s, true, ws.data(), 2);
+                             dv.data(), s, true, ws.data(), 2, path);
     FlashAttentionShape packed = s;
     packed.ld_q = packed.ld_k = packed.ld_v = ld;
     const auto qkv = pack(q, k, v);
     auto dqkv = pack(dq0, dk0, dv0);
     std::vector<float> ws_packed(flash_attention_workspace_floats(packed, 2, true));
     flash_attention_backward(qkv.data(), qkv.data() + wq, qkv.data() + wq + wk, out.data(), lse.data(), dout.data(),
-                             dqkv.data(), dqkv.data() + wq, dqkv.data() + wq + wk, packed, true, ws_packed.data(), 2);
+                             dqkv.data(), dqkv.data() + wq, dqkv.data() + wq + wk, packed, true, ws_packed.data(), 2,
+                             path);
     EXPECT_TRUE(test::same_bits(dqkv, pack(dq, dk, dv))) << c.name << " packed accumulate";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(ValuePaths, FlashAttentionBf16Test,
+                         ::testing::Values(FlashValuePath::kDots, FlashValuePath::kGemm),
+                         [](const ::testing::TestParamInfo<FlashValuePath>& info) {
+                           return std::string(info.param == FlashValuePath::kDots ? "Dots" : "Gemm");
+                         });
 
 TEST(FlashAttention, MergeWithAnEmptySide) {
   const float inf = std::numeric_limits<float>::infinity();

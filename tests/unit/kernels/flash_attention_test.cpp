@@ -475,6 +475,43 @@ TEST_P(FlashAttentionBf16Test, MatchesDoubleReference) {
   }
 }
 
+// bf16 on each path: the kv groups run apart give the bits of one run over all of them (one group alone on 2 threads
+// takes a task per query chunk, two groups one task each).
+TEST_P(FlashAttentionBf16Test, BitsDoNotDependOnTheHeadSplit) {
+  const FlashValuePath path = GetParam();
+  const Case c{"heads", 1, 600, 600, 6, 2, 64};
+  const int64_t hd = c.hd, group = c.Hq / c.Hkv;
+  const auto nq = static_cast<size_t>(c.B * c.Tq * c.Hq * hd), nk = static_cast<size_t>(c.B * c.Tk * c.Hkv * hd);
+  const auto q = test::random_bf16(nq, 41), k = test::random_bf16(nk, 42), v = test::random_bf16(nk, 43);
+  const auto dout = test::random_bf16(nq, 44);
+  const FlashAttentionShape whole_shape = shape_of(c);
+  std::vector<float> ws(flash_attention_workspace_floats(whole_shape, 2, true));
+  std::vector<uint16_t> out(nq), dq(nq), dk(nk), dv(nk);
+  std::vector<float> lse(static_cast<size_t>(c.Hq * c.Tq));
+  flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), whole_shape, ws.data(), 2, path);
+  flash_attention_backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(), dk.data(),
+                           dv.data(), whole_shape, false, ws.data(), 2, path);
+  std::vector<uint16_t> out_s(nq, 0x7fc1), dq_s(nq, 0x7fc1), dk_s(nk, 0x7fc1), dv_s(nk, 0x7fc1);
+  std::vector<float> lse_s(lse.size());
+  for (int64_t g = 0; g < c.Hkv; ++g) {
+    FlashAttentionShape s = whole_shape;
+    s.q_heads = group;
+    s.kv_heads = 1;
+    const int64_t qc = g * group * hd, kc = g * hd;
+    std::vector<float> ws_g(flash_attention_workspace_floats(s, 2, true));
+    flash_attention_forward(q.data() + qc, k.data() + kc, v.data() + kc, out_s.data() + qc,
+                            lse_s.data() + g * group * c.Tq, s, ws_g.data(), 2, path);
+    flash_attention_backward(q.data() + qc, k.data() + kc, v.data() + kc, out_s.data() + qc,
+                             lse_s.data() + g * group * c.Tq, dout.data() + qc, dq_s.data() + qc, dk_s.data() + kc,
+                             dv_s.data() + kc, s, false, ws_g.data(), 2, path);
+  }
+  EXPECT_TRUE(test::same_bits(out_s, out));
+  EXPECT_EQ(lse_s, lse);
+  EXPECT_TRUE(test::same_bits(dq_s, dq));
+  EXPECT_TRUE(test::same_bits(dk_s, dk));
+  EXPECT_TRUE(test::same_bits(dv_s, dv));
+}
+
 INSTANTIATE_TEST_SUITE_P(ValuePaths, FlashAttentionBf16Test,
                          ::testing::Values(FlashValuePath::kDots, FlashValuePath::kGemm),
                          [](const ::testing::TestParamInfo<FlashValuePath>& info) {

@@ -202,13 +202,14 @@ void backward_head_on_key_block(const T* q, const float* lse, const T* dout, T* 
     score_product<T>(paths.dot, qs, kblk.k_rhs, rows, cols, hd, bk, s.scale, w.P);
     flash_rows::probabilities(paths.isa, s, {s.q_offset + i0, rows, kblk.kb, cols, bk}, lse_h + i0, w.P);
     score_product<T>(paths.dot, dos, kblk.v_rhs, rows, cols, hd, bk, 1.0f, w.dP);
-    flash_rows::scores_grad(paths.isa, w.P, w.D + hh * chunk + (i0 - t.lo), rows, cols, bk, s.scale, w.dP);
+    const float* D = w.D + hh * chunk + (i0 - t.lo);
+    const bool gemm_values = std::is_same_v<T, std::uint16_t> && paths.value == flash_dots::ValueProducts::kGemm;
+    if (!gemm_values) flash_rows::scores_grad(paths.isa, w.P, D, rows, cols, bk, s.scale, w.dP);
     float* dq_rows = dqh + (i0 - t.lo) * ld_dq;
     if constexpr (std::is_same_v<T, std::uint16_t>) {
-      if (paths.value == flash_dots::ValueProducts::kGemm) {
-        // P and dS rounded to bf16 in place (the f32 P fed dS above), Q and dO widened.
-        flash_dots::round_in_place(paths.dot, w.P, bk, rows, cols);
-        flash_dots::round_in_place(paths.dot, w.dP, bk, rows, cols);
+      if (gemm_values) {
+        // dS from the f32 P, then P and dS rounded to bf16 in place, in one pass; Q and dO widened.
+        flash_dots::scores_grad_rounded(paths.dot, w.P, D, rows, cols, bk, s.scale, w.dP);
         const Block doi = widen_block(doh + i0 * s.ld_o, s.ld_o, rows, hd, w.do_pairs);
         const Block qi = widen_block(qh + i0 * s.ld_q, s.ld_q, rows, hd, w.q_pairs);
         single_gemm(true, false, cols, hd, rows, 1.0f, w.P, bk, doi.p, doi.ld, 1.0f, w.dv_chunk, hd);

@@ -93,4 +93,9 @@ inline ValueProducts value_products_for(DotIsa isa) {
 // zeros and subnormals to +0), kept in f32; isa picks the vector width, the bits are the same.
 void round_in_place(DotIsa isa, float* a, int64_t ld, int64_t rows, int64_t cols);
 
+// The GEMM path's backward pass over P and dP [rows, cols] (row stride ld) in one: dP = P (dP - D) scale, the bits of
+// flash_rows::scores_grad, then P and dS rounded in place as round_in_place rounds them.
+void scores_grad_rounded(DotIsa isa, float* P, const float* D, int64_t rows, int64_t cols, int64_t ld, float scale,
+                         float* dP);
+
 }  // namespace cleave::kernels::cpu::flash_dots

@@ -82,6 +82,29 @@ template <bool kBf16>
   }
 }
 
+// dS = P (dP - D) scale row by row as flash_rows::scores_grad computes it (element-wise, no contraction: the same
+// bits at every width), then P and dS rounded in place, in one pass.
+[[gnu::always_inline]] inline void grad_rounded(float* P, const float* D, int64_t rows, int64_t cols, int64_t ld,
+                                                float scale, float* dP) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* p = P + r * ld;
+    float* ds = dP + r * ld;
+    const float Di = D[r];
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) {
+      const float x = p[j], g = x * (ds[j] - Di) * scale;
+      p[j] = __builtin_bit_cast(float, operand_bits(x) << 16);
+      ds[j] = __builtin_bit_cast(float, operand_bits(g) << 16);
+    }
+  }
+}
+
+__attribute__((optimize("fp-contract=off"))) void grad_rounded_baseline(float* P, const float* D, int64_t rows,
+                                                                        int64_t cols, int64_t ld, float scale,
+                                                                        float* dP) {
+  grad_rounded(P, D, rows, cols, ld, scale, dP);
+}
+
 void round_rows_baseline(const float* a, int64_t ld, int64_t rows, int64_t k, float* out) {
   round_rows<false>(a, ld, rows, k, pair_dim(k), out);
 }
@@ -112,6 +135,16 @@ __attribute__((target("avx512f,avx512bw"))) void round_rows_avx512_bf16(const fl
 __attribute__((target("avx512f,avx512bw"))) void round_row_pairs_avx512_bf16(const float* a, int64_t ld, int64_t k,
                                                                              int64_t n, float* out) {
   round_row_pairs<true>(a, ld, k, n, out);
+}
+__attribute__((target("avx2"), optimize("fp-contract=off"))) void grad_rounded_avx2(float* P, const float* D,
+                                                                                   int64_t rows, int64_t cols,
+                                                                                   int64_t ld, float scale,
+                                                                                   float* dP) {
+  grad_rounded(P, D, rows, cols, ld, scale, dP);
+}
+__attribute__((target("avx512f,avx512bw"), optimize("fp-contract=off"))) void grad_rounded_avx512(
+    float* P, const float* D, int64_t rows, int64_t cols, int64_t ld, float scale, float* dP) {
+  grad_rounded(P, D, rows, cols, ld, scale, dP);
 }
 __attribute__((target("avx2,fma"))) void round_in_place_avx2(float* a, int64_t ld, int64_t rows, int64_t cols) {
   round_rows_in_place(a, ld, rows, cols);
@@ -192,6 +225,15 @@ void round_in_place(DotIsa isa, float* a, int64_t ld, int64_t rows, int64_t cols
   if (isa == DotIsa::kAvx2) return round_in_place_avx2(a, ld, rows, cols);
 #endif
   round_rows_in_place(a, ld, rows, cols);
+}
+
+void scores_grad_rounded(DotIsa isa, float* P, const float* D, int64_t rows, int64_t cols, int64_t ld, float scale,
+                         float* dP) {
+#if defined(__x86_64__)
+  if (isa == DotIsa::kAvx512Bf16 || isa == DotIsa::kAvx512) return grad_rounded_avx512(P, D, rows, cols, ld, scale, dP);
+  if (isa == DotIsa::kAvx2) return grad_rounded_avx2(P, D, rows, cols, ld, scale, dP);
+#endif
+  grad_rounded_baseline(P, D, rows, cols, ld, scale, dP);
 }
 
 }  // namespace cleave::kernels::cpu::flash_dots

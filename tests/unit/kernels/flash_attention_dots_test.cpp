@@ -14,6 +14,8 @@
 
 #include "engine/core/dtype.hpp"
 #include "kernel_test_util.hpp"
+#include "kernels/cpu/flash_attention_rows.hpp"
+#include "kernels/cpu/vector_isa.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -136,6 +138,32 @@ TEST(FlashAttentionDots, ValueProductsRoundTheLeftOperandAndGiveTheSameBitsOnEve
     }
   }
   RecordProperty("checked_paths", checked_paths);
+}
+
+// The GEMM value path's fused pass: dS as flash_rows::scores_grad gives it, then P and dS rounded as round_in_place
+// rounds them (checked against bf16 values below: low halves zero), on every available path, off the vector edges;
+// the columns past cols untouched.
+TEST(FlashAttentionDots, ScoresGradRoundedIsScoresGradThenRounding) {
+  const int64_t rows = 5, cols = 37, ld = 40;
+  const auto P0 = test::random_floats(static_cast<size_t>(rows * ld), 61);
+  const auto dP0 = test::random_floats(static_cast<size_t>(rows * ld), 62);
+  const std::vector<float> D = {0.25f, -0.5f, 0.0f, 1.5f, -2.0f};
+  std::vector<float> want_p = P0, want_ds = dP0;
+  flash_rows::scores_grad(VectorIsa::kBaseline, want_p.data(), D.data(), rows, cols, ld, 0.125f, want_ds.data());
+  flash_dots::round_in_place(DotIsa::kBaseline, want_p.data(), ld, rows, cols);
+  flash_dots::round_in_place(DotIsa::kBaseline, want_ds.data(), ld, rows, cols);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const float x = want_ds[(i / cols) * ld + i % cols];
+    ASSERT_EQ(__builtin_bit_cast(uint32_t, x) & 0xffffu, 0u) << i;
+    ASSERT_EQ(bf16_to_float(float_to_bf16(x)), x) << i;
+  }
+  for (DotIsa isa : {DotIsa::kBaseline, DotIsa::kAvx2, DotIsa::kAvx512, DotIsa::kAvx512Bf16}) {
+    if (!flash_dots::dot_isa_available(isa)) continue;
+    std::vector<float> p = P0, ds = dP0;
+    flash_dots::scores_grad_rounded(isa, p.data(), D.data(), rows, cols, ld, 0.125f, ds.data());
+    EXPECT_TRUE(test::same_bits(p, want_p)) << static_cast<int>(isa);
+    EXPECT_TRUE(test::same_bits(ds, want_ds)) << static_cast<int>(isa);
+  }
 }
 
 TEST(FlashAttentionDots, BestPathIsAvailable) {

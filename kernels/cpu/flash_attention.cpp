@@ -39,8 +39,8 @@ struct ForwardScratch {
   float* l;       // [bq] row sums
   float* k_rhs;   // f32: [hd, bk] the key block transposed; bf16: its pairs
   float* q_lhs;   // bf16 only: Q's rows for the dot path
-  float* p_lhs;   // bf16, dot path: P rounded
-  float* v_rhs;   // bf16, dot path: V's pairs along the keys; GEMM path: V widened [bk, hd]
+  float* p_lhs;   // bf16, the value region (flash_attention_blocks.hpp): dot path P rounded; GEMM path V widened
+  float* v_rhs;   // bf16, dot path: V's pairs along the keys
 };
 ForwardScratch forward_scratch(float* base, const FlashAttentionShape& s, bool bf16) {
   const int64_t bq = block_q(s), bk = block_k(s), hd = s.head_dim;

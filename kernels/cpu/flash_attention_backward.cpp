@@ -177,6 +177,18 @@ struct KeyBlock {
 
 // Query head h's share of a key block: per query block the four GEMMs (two score products on bf16), into dK and dV's
 // block sums and dQ's rows.
+// The bf16 GEMM path's value products of one query block (P and dS already rounded in place): dV += P^T dO,
+// dQ += dS K, dK += dS^T Q on the f32 block GEMM, Q and dO widened (K is, once per key block).
+void gemm_value_products(const std::uint16_t* q, const std::uint16_t* d_o, const FlashAttentionShape& s, int64_t rows,
+                         int64_t cols, const Block& k, float* dq_rows, int64_t ld_dq, const BackwardScratch& w) {
+  const int64_t hd = s.head_dim, bk = block_k(s);
+  const Block doi = widen_block(d_o, s.ld_o, rows, hd, w.do_pairs);
+  const Block qi = widen_block(q, s.ld_q, rows, hd, w.q_pairs);
+  single_gemm(true, false, cols, hd, rows, 1.0f, w.P, bk, doi.p, doi.ld, 1.0f, w.dv_chunk, hd);
+  single_gemm(false, false, rows, hd, cols, 1.0f, w.dP, bk, k.p, k.ld, 1.0f, dq_rows, ld_dq);
+  single_gemm(true, false, cols, hd, rows, 1.0f, w.dP, bk, qi.p, qi.ld, 1.0f, w.dk_chunk, hd);
+}
+
 template <class T>
 void backward_head_on_key_block(const T* q, const float* lse, const T* dout, T* dq, const FlashAttentionShape& s,
                                 const BackwardTask& t, int64_t h, const KeyBlock& kblk, Paths paths,
@@ -208,13 +220,8 @@ void backward_head_on_key_block(const T* q, const float* lse, const T* dout, T* 
     float* dq_rows = dqh + (i0 - t.lo) * ld_dq;
     if constexpr (std::is_same_v<T, std::uint16_t>) {
       if (gemm_values) {
-        // dS from the f32 P, then P and dS rounded to bf16 in place, in one pass; Q and dO widened.
         flash_dots::scores_grad_rounded(paths.dot, w.P, D, rows, cols, bk, s.scale, w.dP);
-        const Block doi = widen_block(doh + i0 * s.ld_o, s.ld_o, rows, hd, w.do_pairs);
-        const Block qi = widen_block(qh + i0 * s.ld_q, s.ld_q, rows, hd, w.q_pairs);
-        single_gemm(true, false, cols, hd, rows, 1.0f, w.P, bk, doi.p, doi.ld, 1.0f, w.dv_chunk, hd);
-        single_gemm(false, false, rows, hd, cols, 1.0f, w.dP, bk, kblk.kt.p, kblk.kt.ld, 1.0f, dq_rows, ld_dq);
-        single_gemm(true, false, cols, hd, rows, 1.0f, w.dP, bk, qi.p, qi.ld, 1.0f, w.dk_chunk, hd);
+        gemm_value_products(qh + i0 * s.ld_q, doh + i0 * s.ld_o, s, rows, cols, kblk.kt, dq_rows, ld_dq, w);
         continue;
       }
       // P and dS rounded to bf16 (flash_attention_dots.hpp), each once per operand layout.

@@ -330,7 +330,12 @@ void measure_optimizer(partition::MeasuredCosts& costs, std::int64_t params, int
                        comm::Communicator* comm, ops::Precision precision) {
   CLEAVE_CHECK(params >= 1 && repeats >= 1 && rounds >= 1,
                "profile: optimizer timing needs params, repeats and rounds >= 1");
-  const ops::Context ctx;
+  // A run's CPU state, as the trainer's context holds it: the multi-tensor slots keep their tensor lists in its
+  // kernel scratch (kernels/ops/cpu/scratch_table.hpp); a bare context would lease scratch of its own per call and
+  // time an allocation the trainer never makes.
+  const auto resources = ops::make_device_resources(Device::cpu());
+  ops::Context ctx;
+  ctx.resources = resources.get();
   // As the trainer runs its OPTIMIZER_STEP (engine/train/step_tail.hpp): one multi-tensor call per step over all
   // of the rank's parameters, here `params` elements split into kPieces tensors.
   constexpr std::int64_t kPieces = 16;

@@ -144,9 +144,20 @@ struct BlockCompute {
   ProbabilitiesCompute probabilities;  // already in the four above (÷ cp like them, but its launches)
   PassSplit elementwise, launch;       // already in the four above (elementwise ÷ cp; launch whole: a cp rank launches
                                        // every kernel on its T / cp rows)
+  PassSplit cp_core;  // already in the four above: the cp attention core's work beyond its share (cp_core_compute),
+                      // its streams and launches in elementwise and launch too
   double backward_input_s() const { return input_grad_s + recompute_s; }  // all of I
 };
 BlockCompute block_compute(const TermContext& c, int block, double warm);
+// What block `block`'s cp attention core costs beyond one rank's core ÷ cp (partition::cp_core_work: ring's chunk
+// pairs, merges, accumulations and copies; all_to_all's permutes), per pass: the extra streams over the profile's
+// memory bandwidth (`elementwise`), the extra kernels × kernel_launch_s (`launch`), and on a roofline profile the
+// core's products as launched (ring: each chunk pair's, in f32; all_to_all: heads / cp) less one rank's ÷ cp; totals in
+// the four passes. Zero at cp 1 and for blocks without attention.
+struct CpCoreCompute {
+  PassSplit total, elementwise, launch;
+};
+CpCoreCompute cp_core_compute(const TermContext& c, int block);
 
 // A block's collectives per micro-batch: exposed in F and in I (the rerun forward's inside I apart), hidden
 // under compute, and the bytes this rank sends per step.

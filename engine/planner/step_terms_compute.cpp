@@ -4,13 +4,15 @@
 // over the profile's rate, with the stored-probabilities attention's extra cost where a run asks for it, and under
 // a run's torchtitan per-op selective policy its own rerun (partition::selective_op_rerun) in the recompute terms.
 // Invariant: the elementwise and launch parts are inside the pass totals (stage_costs moves them to their own
-// terms), and everything but the launches is ÷ cp (a cp rank launches every kernel on its T / cp rows), before core
+// terms), and everything but the launches is ÷ cp (a cp rank launches every kernel on its T / cp rows), plus what the
+// cp attention core runs beyond that share (cp_core_compute: ring's chunk pairs, all_to_all's permutes), before core
 // sharing.
 #include "engine/planner/step_terms.hpp"
 
 #include <algorithm>
 
 #include "partition/block_work.hpp"
+#include "partition/cp_core_work.hpp"
 #include "partition/families/family.hpp"
 #include "partition/measured_costs.hpp"
 
@@ -216,7 +218,46 @@ BlockCompute block_compute(const TermContext& c, int b, double warm) {
     p.stream_forward_s /= choice.cp;
     p.stream_input_grad_s /= choice.cp;
     x.elementwise /= choice.cp;
+    // And what the cp core runs beyond that share (ring's chunk pairs, all_to_all's permutes).
+    const CpCoreCompute core = cp_core_compute(c, b);
+    x.cp_core = core.total;
+    x.forward_s += core.total.forward_s;
+    x.input_grad_s += core.total.input_grad_s;
+    x.recompute_s += core.total.recompute_s;
+    x.elementwise.forward_s += core.elementwise.forward_s;
+    x.elementwise.input_grad_s += core.elementwise.input_grad_s;
+    x.elementwise.recompute_s += core.elementwise.recompute_s;
+    x.launch.forward_s += core.launch.forward_s;
+    x.launch.input_grad_s += core.launch.input_grad_s;
+    x.launch.recompute_s += core.launch.recompute_s;
   }
+  return x;
+}
+
+CpCoreCompute cp_core_compute(const TermContext& c, int b) {
+  const PlanChoice& choice = *c.choice;
+  CpCoreCompute x;
+  if (choice.cp <= 1) return x;
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  const partition::CpCoreWork work =
+      partition::cp_core_work(block, c.dtype, choice.recompute, choice.tp, choice.cp,
+                              choice.cp_comm == config::ContextParallelComm::kRing, choice.micro_batch);
+  const HardwareProfile& profile = *c.profile;
+  // A measured profile timed one rank's core at T (÷ cp); its products at the cp core's sizes are known only to a
+  // roofline. Streams and launches are priced wherever the profile has their rate.
+  const auto price = [&](const partition::CpCorePass& p, double& total, double& stream, double& launch) {
+    stream = profile.memory_bandwidth_Bps > 0 ? profile.elementwise_seconds(p.extra) : 0.0;
+    launch = profile.launch_seconds(p.extra);
+    double products = 0;
+    if (profile.has_roofline() && !profile.measured.has_blocks()) {
+      products = profile.gemm_pass_seconds(p.products, c.bf16 && !p.products_f32) -
+                 profile.gemm_pass_seconds(p.replaced, c.bf16) / choice.cp;
+    }
+    total = stream + launch + products;
+  };
+  price(work.forward, x.total.forward_s, x.elementwise.forward_s, x.launch.forward_s);
+  price(work.input_grad, x.total.input_grad_s, x.elementwise.input_grad_s, x.launch.input_grad_s);
+  price(work.rerun, x.total.recompute_s, x.elementwise.recompute_s, x.launch.recompute_s);
   return x;
 }
 

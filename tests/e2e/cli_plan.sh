@@ -408,7 +408,7 @@ p["cores_per_node"], p["measured_ranks_per_node"] = 2, 2
 json.dump(p, open("two_cores.json", "w"))
 PY
 "$cleave" plan tiny.json --world 4 --profile two_cores.json --top 1 --json shared.json > over.log 2>&1 || { cat over.log; fail "plan on 2 cores"; }
-grep -qE "^warning: tp[0-9] (cp[0-9] )?pp[0-9] dp[0-9] puts 4 ranks on a node of 2 cores \(2\.0 ranks per core\)" over.log \
+grep -qE "^warning: tp[0-9] (cp[0-9]+(a2a)? )?pp[0-9] dp[0-9] puts 4 ranks on a node of 2 cores \(2\.0 ranks per core\)" over.log \
   || { cat over.log; fail "no oversubscription warning naming layout, ranks and cores"; }
 "$cleave" plan tiny.json --world 4 --profile "$source_dir/profiles/a100_80gb_sxm.json" --top 1 --json own.json > own.log 2>&1 \
   || { cat own.log; fail "plan on the a100 profile"; }

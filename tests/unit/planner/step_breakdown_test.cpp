@@ -323,9 +323,12 @@ TEST_F(StepBreakdownTest, MeetingsWaitForThePeersLostTimeAndTheStretchScalesComp
   for (const auto& [choice, term] : {std::pair{cp, T::kContextParallel}, std::pair{tp, T::kTensorParallel}}) {
     const PlanEstimate a = estimate(choice, before), b = estimate(choice, meet);
     expect_sums(b);
-    double blocks = 0, all = 0;  // the transformer blocks' passes (1f1b fuses W into B: it comes before a meeting too)
+    // The transformer blocks' passes (1f1b fuses W into B: it comes before a meeting too), with their elementwise
+    // and launch parts (under cp the attention core's own streams: cp_core_compute).
+    double blocks = 0, all = 0;
     for (const auto& k : a.breakdown.blocks) {
-      const double passes = k.forward_s + k.input_grad_s + k.weight_grad_s + k.recompute_s;
+      const double passes =
+          k.forward_s + k.input_grad_s + k.weight_grad_s + k.recompute_s + k.elementwise_total() + k.launch_total();
       all += passes;
       if (k.block == "transformer_block") blocks += passes;
     }

@@ -56,7 +56,6 @@ std::vector<D> ring_calls(const Core& x) {
 // and its merge, and the output rounded (bf16); with `assemble`, the output's chunks put back in token order.
 CpCorePass ring_forward(const Core& x, const std::vector<D>& calls, bool assemble) {
   CpCorePass p;
-  p.products_f32 = true;
   PassWork& e = p.extra;
   copy(e, x.b * x.tl * (x.q + 2 * x.k), x.s, x.s, 2 * 3 * x.b);  // take q, k, v of 2 chunks, per sample
   if (x.bf16) copy(e, x.b * x.tl * x.q, x.s, kF32, 2);            // q widened
@@ -77,7 +76,6 @@ CpCorePass ring_forward(const Core& x, const std::vector<D>& calls, bool assembl
 // and the travelling dK/dV, each step's block widened (bf16), each call (accumulating), and dqkv assembled.
 CpCorePass ring_backward(const Core& x, const std::vector<D>& calls) {
   CpCorePass p;
-  p.products_f32 = true;
   PassWork& e = p.extra;
   copy(e, x.b * x.tl * x.q, x.s, x.s, 2 * x.b);                   // take dout's chunks
   if (x.bf16) copy(e, 3 * x.b * x.tl * x.q, x.s, kF32, 6);        // dout, q, out widened

@@ -3,7 +3,9 @@
 // as one rank's ÷ cp with every kernel launched once (planner::block_compute); the cp core runs more than that:
 //  - ring (layers/context_parallel/ring_attention.cpp): Tl = T / cp local tokens in two chunks of c = T / 2cp; per
 //    rank P chunk pairs whose keys the queries see (2cp + 1 without a window: the rank's chunks gi attend gi + 1 key
-//    chunks each), each one attention call on a c-row block (products in f32 on widened copies, in either precision)
+//    chunks each), each one attention call on a c-row block (its products priced in the run's dtype, as one rank's core: under bf16
+//    the calls read widened f32 copies, but the kernels compute in f32 from either input dtype, so only the copies
+//    cost more)
 //    and in F one log-sum-exp merge (reads out, lse and the block's part_out, part_lse, writes out, lse: 3 · b · c ·
 //    (Q + Hq) f32), in B one backward call (its own rowsum(dO ∘ O) and fused kernel: 2 kernels) that reads and writes
 //    the running dq, dK, dV of its chunks (2 · b · c · (Q + 2K) f32) where one rank's kernel writes dqkv once
@@ -18,8 +20,8 @@
 //    heads over all T, its products one rank's ÷ cp by FLOPs but each launch 1/cp the size.
 // Here b = micro-batch, s = the compute dtype's bytes, Q = Hq·hd and K = Hkv·hd the query and key columns of one tp
 // rank. `extra` holds stream bytes and kernels net of the share (the one-rank core's stream ÷ cp and its kernels
-// taken out); the products are apart, `products` what the cp core runs (f32 where `products_f32`) against `replaced`,
-// the one-rank core's products that the cost model divides by cp. Zero for cp 1 and blocks without attention.
+// taken out); the products are apart, `products` what the cp core launches against `replaced`, the one-rank core's
+// products that the cost model divides by cp. Zero for cp 1 and blocks without attention.
 // Invariant: extra + replaced's stream / cp and kernels equal what the cp core's calls stream and launch (counted by
 // hand in tests/unit/partition/cp_core_work_test.cpp).
 #pragma once
@@ -35,7 +37,6 @@ struct CpCorePass {
   PassWork extra;      // stream bytes and kernels beyond one rank's ÷ cp (no GEMMs)
   PassWork products;   // the cp core's attention products as it launches them
   PassWork replaced;   // one rank's core products over the whole sequence (the cost model's share is these ÷ cp)
-  bool products_f32 = false;  // ring: the blocks run on f32 copies in either precision
 };
 
 struct CpCoreWork {

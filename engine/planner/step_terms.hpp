@@ -152,7 +152,7 @@ BlockCompute block_compute(const TermContext& c, int block, double warm);
 // What block `block`'s cp attention core costs beyond one rank's core ÷ cp (partition::cp_core_work: ring's chunk
 // pairs, merges, accumulations and copies; all_to_all's permutes), per pass: the extra streams over the profile's
 // memory bandwidth (`elementwise`), the extra kernels × kernel_launch_s (`launch`), and on a roofline profile the
-// core's products as launched (ring: each chunk pair's, in f32; all_to_all: heads / cp) less one rank's ÷ cp; totals in
+// core's products as launched (ring: each chunk pair's; all_to_all: heads / cp) less one rank's ÷ cp; totals in
 // the four passes. Zero at cp 1 and for blocks without attention.
 struct CpCoreCompute {
   PassSplit total, elementwise, launch;

@@ -250,7 +250,7 @@ CpCoreCompute cp_core_compute(const TermContext& c, int b) {
     launch = profile.launch_seconds(p.extra);
     double products = 0;
     if (profile.has_roofline() && !profile.measured.has_blocks()) {
-      products = profile.gemm_pass_seconds(p.products, c.bf16 && !p.products_f32) -
+      products = profile.gemm_pass_seconds(p.products, c.bf16) -
                  profile.gemm_pass_seconds(p.replaced, c.bf16) / choice.cp;
     }
     total = stream + launch + products;

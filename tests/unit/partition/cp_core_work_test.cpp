@@ -39,7 +39,6 @@ TEST(CpCoreWork, RingForwardCountsEveryCallMergeAndCopy) {
   EXPECT_DOUBLE_EQ(w.forward.extra.stream_bytes, 76288);
   // take 2 chunks × 3 tensors × 2 samples, 4 fills, a call and a merge each, 2 × 2 puts, less one rank's kernel.
   EXPECT_DOUBLE_EQ(w.forward.extra.kernels, 12 + 4 + 2 * kCalls + 4 - 1);
-  EXPECT_TRUE(w.forward.products_f32);
   EXPECT_EQ(w.forward.products.gemms.size(), 2 * kCalls);
   // The chunk pairs balance the causal work: the products' FLOPs are one rank's ÷ cp, in smaller launches.
   EXPECT_DOUBLE_EQ(w.forward.products.gemm_flops(), w.forward.replaced.gemm_flops() / kCp);
@@ -78,7 +77,6 @@ TEST(CpCoreWork, RingUnderBf16WidensAndRoundsItsBlocks) {
   EXPECT_DOUBLE_EQ(w.forward.extra.stream_bytes,
                    takes + q_widened + fills + blocks_widened + calls + out_rounded + assemble - share);
   EXPECT_DOUBLE_EQ(w.forward.extra.kernels, 12 + 2 + 4 + 4 * kCp + 2 * kCalls + 2 + 4 - 1);
-  EXPECT_TRUE(w.forward.products_f32);  // the blocks run on the widened copies
 }
 
 TEST(CpCoreWork, RingRecomputationRerunsTheForwardRing) {
@@ -106,7 +104,6 @@ TEST(CpCoreWork, AllToAllPermutesEachExchangedTensor) {
   EXPECT_DOUBLE_EQ(w.forward.extra.kernels, kCp * 4 + kCp * 2);
   EXPECT_DOUBLE_EQ(w.input_grad.extra.stream_bytes, qkv + out);  // dout there, dqkv back
   EXPECT_DOUBLE_EQ(w.input_grad.extra.kernels, kCp * 2 + kCp * 4);
-  EXPECT_FALSE(w.forward.products_f32);
   // Heads / cp over all T: one rank's FLOPs ÷ cp, each product over the whole sequence with 1/cp of the heads.
   EXPECT_DOUBLE_EQ(w.forward.products.gemm_flops(), w.forward.replaced.gemm_flops() / kCp);
   EXPECT_DOUBLE_EQ(w.forward.products.gemms.front().batch, kB * kH / kCp);

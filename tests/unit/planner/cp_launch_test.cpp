@@ -101,7 +101,7 @@ TEST_F(CpLaunches, TheCpCoreIsPricedFromItsWorkOnTheProfile) {
     const partition::CpCorePass& f = work.forward;
     EXPECT_DOUBLE_EQ(core.elementwise.forward_s, f.extra.stream_bytes / h100_.memory_bandwidth_Bps) << comm;
     EXPECT_DOUBLE_EQ(core.launch.forward_s, f.extra.kernels * h100_.kernel_launch_s) << comm;
-    // The products as the core launches them (ring: each chunk pair in f32; all_to_all: heads / cp) against one
+    // The products as the core launches them (ring: each chunk pair; all_to_all: heads / cp) against one
     // rank's ÷ cp (at this size both sit on the curve's flat start: no difference).
     const double products = h100_.gemm_pass_seconds(f.products, false) - h100_.gemm_pass_seconds(f.replaced, false) / 2;
     EXPECT_GE(products, 0.0) << comm;
@@ -109,7 +109,7 @@ TEST_F(CpLaunches, TheCpCoreIsPricedFromItsWorkOnTheProfile) {
     EXPECT_DOUBLE_EQ(core.total.recompute_s, 0.0) << comm;
   }
   // At a long sequence the smaller launches reach less of the peak: GPT-3 XL's width (d 2048, 16 heads) at T 8192, a
-  // bf16 run at cp 4. Ring's chunk pairs run in f32 on widened copies; all_to_all's 4 heads of 16 in bf16.
+  // bf16 run at cp 4: ring's chunk pairs of 1,024 tokens, all_to_all's 4 heads of 16 over all 8,192.
   partition::GptConfig big;
   big.vocab_size = 64;
   big.d_model = 2048;
@@ -120,7 +120,7 @@ TEST_F(CpLaunches, TheCpCoreIsPricedFromItsWorkOnTheProfile) {
   for (const bool ring : {true, false}) {
     const partition::CpCorePass f =
         partition::cp_core_work(block, DType::kBF16, partition::Recompute::kNone, 1, 4, ring, 1).forward;
-    EXPECT_GT(h100_.gemm_pass_seconds(f.products, !f.products_f32), h100_.gemm_pass_seconds(f.replaced, true) / 4)
+    EXPECT_GT(h100_.gemm_pass_seconds(f.products, true), h100_.gemm_pass_seconds(f.replaced, true) / 4)
         << ring;
   }
 }

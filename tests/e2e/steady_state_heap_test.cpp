@@ -8,6 +8,10 @@
 // Runs in-process (MPI singleton world of one).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -42,24 +46,17 @@ heap::Counts steady_state_allocations(const config::RunConfig& config) {
   return heap::stop();
 }
 
+const char* kMoe = R"({"type": "moe", "vocab_size": 64, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+                       "seq_len": 32, "ffn_hidden_size": 48, "n_experts": 4, "top_k": 2, "router": "softmax",
+                       "normalize_top_k": true, "aux_loss_coef": 0.01})";
+
 struct Case {
-  const char* name;
+  std::string name;
   const char* model;
   std::vector<std::string> overrides;
 };
 
-// The counter sees what it must: a string a kernel-layer function builds is charged to the kernel layer (a build
-// whose symbols dladdr cannot name would charge everything as unnamed, and the test below could not fail).
-TEST(SteadyStateHeap, TheCounterChargesTheKernelLayer) {
-  heap::start();
-  const std::string description = kernels::cpu::gemm_backend_description(kernels::cpu::GemmBackend::kOpenBlas);
-  const heap::Counts counts = heap::stop();
-  ASSERT_GT(description.size(), 15u) << "a string this short may fit in place and allocate nothing";
-  EXPECT_GT(counts.kernels, 0) << counts.str();
-  EXPECT_EQ(counts.unnamed, 0) << counts.str();
-}
-
-TEST(SteadyStateHeap, TrainingStepsAllocateNothingOfOurs) {
+std::vector<Case> training_cases() {
   std::vector<Case> cases;
   for (const char* precision : {"fp32", "bf16"}) {
     for (const char* blas : {"openblas", "onednn"}) {
@@ -70,21 +67,46 @@ TEST(SteadyStateHeap, TrainingStepsAllocateNothingOfOurs) {
                                           std::string("device.blas=") + blas};
       std::vector<std::string> det = o;
       det.push_back("train.deterministic=true");
-      cases.push_back({"gpt", kGpt, o});
-      cases.push_back({"gpt deterministic", kGpt, det});
-      cases.push_back({"llama", kLlama, o});
+      const std::string suffix = std::string("_") + precision + "_" + blas;
+      cases.push_back({"gpt" + suffix, kGpt, o});
+      cases.push_back({"gpt_deterministic" + suffix, kGpt, det});
+      cases.push_back({"llama" + suffix, kLlama, o});
+      cases.push_back({"moe" + suffix, kMoe, o});
     }
   }
-  for (const Case& c : cases) {
-    std::string what = c.name;
-    for (const auto& o : c.overrides) what += " " + o;
-    const heap::Counts counts = steady_state_allocations(small_model(c.model, c.overrides));
-    std::printf("%s: 3 steps made %s\n", what.c_str(), counts.str().c_str());
-    EXPECT_EQ(counts.kernels, 0) << what << ": 3 steady-state steps made " << counts.str();
-    EXPECT_GT(counts.engine, 0) << what << ": the engine above the kernels allocates (docs/ops.md): a count of 0 says "
-                                           "the counter saw nothing";
+  return cases;
+}
+
+// CLEAVE_HEAP_SITES=N prints the N largest sites, grouped by their innermost CLEAVE_HEAP_SITE_DEPTH frames (1).
+void print_sites(const std::vector<heap::Site>& sites) {
+  const char* n = std::getenv("CLEAVE_HEAP_SITES");
+  if (n == nullptr) return;
+  const char* depth = std::getenv("CLEAVE_HEAP_SITE_DEPTH");
+  std::map<std::string, std::int64_t> grouped;
+  for (const heap::Site& s : sites) grouped[s.str(depth != nullptr ? std::stoul(depth) : 1)] += s.count;
+  std::vector<std::pair<std::int64_t, std::string>> largest;
+  for (const auto& [site, count] : grouped) largest.emplace_back(count, site);
+  std::sort(largest.rbegin(), largest.rend());
+  for (std::size_t i = 0; i < largest.size() && i < std::stoul(n); ++i) {
+    std::printf("  %6lld  %s\n", static_cast<long long>(largest[i].first), largest[i].second.c_str());
   }
 }
+
+class SteadyStateHeapTraining : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SteadyStateHeapTraining, AllocatesNothingOfOurs) {
+  const Case& c = GetParam();
+  std::string what = c.name;
+  const heap::Counts counts = steady_state_allocations(small_model(c.model, c.overrides));
+  std::printf("%s: 3 steps made %s\n", what.c_str(), counts.str().c_str());
+  print_sites(heap::sites());
+  EXPECT_EQ(counts.kernels, 0) << what << ": 3 steady-state steps made " << counts.str();
+  EXPECT_GT(counts.engine, 0) << what << ": the engine above the kernels allocates (docs/ops.md): a count of 0 says "
+                                         "the counter saw nothing";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, SteadyStateHeapTraining, ::testing::ValuesIn(training_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace cleave::testing

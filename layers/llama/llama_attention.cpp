@@ -37,7 +37,7 @@ ops::RopeParams LlamaAttention::rope_params() const {
   return rope;
 }
 
-std::string LlamaAttention::who() const {
+std::string LlamaAttention::make_who() const {
   return (tensor_parallel_ ? "parallel llama attention " : "llama attention ") + prefix_;
 }
 

@@ -3,8 +3,8 @@
 // and bf16, through OpenBLAS and (where built) oneDNN, GPT also with deterministic GEMM slicing, make no heap
 // allocation in the kernel layer (heap_counter.hpp: global operator new, charged by call stack), and none in the
 // engine owners brought to zero (Owner::fixed below: tensor storage and the allocator's cache, stashes, the dense
-// layers). A per-GEMM allocation, a Storage made with make_shared, a string built per layer call or a stash list
-// made afresh each micro-batch fails it. What the other owners, oneDNN's execute and MPI allocate is printed by
+// layers, attention and SwiGLU). A per-GEMM allocation, a Storage made with make_shared, a string built per layer
+// call or a stash list made afresh each micro-batch fails it. What the other owners, oneDNN's execute and MPI allocate is printed by
 // owner, not asserted (docs/ops.md lists it); the engine's count must be non-zero, so a counter that sees nothing
 // cannot pass. CLEAVE_HEAP_SITES=N prints the largest sites too.
 // Runs in-process (MPI singleton world of one).
@@ -109,8 +109,8 @@ const std::vector<Owner>& owners() {
         "layers::TransformerBlock::", "layers::RmsNorm::", "layers::SoftmaxCrossEntropy::", "layers::LmHead::",
         "layers::new_activation", "layers::check_input", "layers::stash_at"},
        true},
-      {"attention and swiglu composites (lists of parts)",
-       {"Attention::", "attention_core", "SharedInputParts", "SwigluMlp"}, false},
+      {"attention and swiglu (lists of parts, callbacks)",
+       {"Attention::", "attention_core", "SharedInputParts", "SwigluMlp"}, true},
       {"moe layer (host routing)", {"layers::Moe", "layers::route", "router_backward", "balance_over"}, false},
       {"pipeline executor", {"cleave::pipeline::"}, false},
       {"trainer (data, step end)", {"cleave::train::"}, false},

@@ -10,7 +10,7 @@ namespace cleave::layers {
 Activation::Activation(std::string_view kind, std::string name, ForwardFn forward, BackwardFn backward)
     : kind_(kind), name_(std::move(name)), forward_(forward), backward_(backward) {}
 
-std::string Activation::who() const { return std::string(kind_) + " " + name_; }
+std::string Activation::make_who() const { return std::string(kind_) + " " + name_; }
 
 Tensor Activation::forward(const Tensor& x, Stash& stash, Context& ctx) {
   check_input(ctx, x, DType::kF32, -1, 0, who());

@@ -28,12 +28,14 @@ class Activation : public Layer {
   Activation(std::string_view kind, std::string name, ForwardFn forward, BackwardFn backward);
 
  private:
-  std::string who() const;
+  const std::string& who() const { return who_; }
+  std::string make_who() const;
 
   std::string_view kind_;
   std::string name_;
   ForwardFn forward_;
   BackwardFn backward_;
+  std::string who_ = make_who();  // last: built once from the members above, so no call builds a string
 };
 
 class Gelu final : public Activation {

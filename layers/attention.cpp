@@ -36,12 +36,12 @@ CausalSelfAttention::CausalSelfAttention(std::string prefix, std::int64_t d_mode
                 local_heads);
 }
 
-std::string CausalSelfAttention::who() const {
+std::string CausalSelfAttention::make_who() const {
   return (tensor_parallel_ ? "parallel attention " : "attention ") + prefix_;
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
-  const std::string who = this->who();
+  const std::string& who = this->who();
   check_input(ctx, x, DType::kF32, d_model_, 3, who);
   CLEAVE_CHECK(x.rank() == 3, "{}: expected [batch, seq, {}], got {}", who, d_model_, x.shape().str());
   stash.reset(2);
@@ -54,12 +54,17 @@ Tensor CausalSelfAttention::forward(const Tensor& x, Stash& stash, Context& ctx)
 }
 
 Tensor CausalSelfAttention::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
-  const std::string who = this->who();
+  // The callbacks capture one reference each, so their std::function holds them in place (no allocation per call).
+  struct Call {
+    const CausalSelfAttention& self;
+    const Tensor& dy;
+    Stash& stash;
+    Context& ctx;
+  } call{*this, dy, stash, ctx};
   return attention_core_backward(
-      ctx, [&] { return proj_->backward_input(dy, stash.children[1], ctx); }, local_heads_, local_heads_,
-      d_model_ / n_heads_, 0,
-      recompute_scores_, stash, who,
-      [&](const Tensor& dqkv) { return qkv_->backward_input(dqkv, stash.children[0], ctx); });
+      ctx, [&call] { return call.self.proj_->backward_input(call.dy, call.stash.children[1], call.ctx); },
+      local_heads_, local_heads_, d_model_ / n_heads_, 0, recompute_scores_, stash, who(),
+      [&call](const Tensor& dqkv) { return call.self.qkv_->backward_input(dqkv, call.stash.children[0], call.ctx); });
 }
 
 void CausalSelfAttention::backward_weight(Stash& stash, Context& ctx) {

@@ -59,7 +59,8 @@ class CausalSelfAttention final : public Layer, public RecomputableScores {
   void set_recompute_scores(bool on) override { recompute_scores_ = on; }
 
  private:
-  std::string who() const;
+  const std::string& who() const { return who_; }
+  std::string make_who() const;
 
   std::string prefix_;
   std::int64_t d_model_, n_heads_, local_heads_;
@@ -67,6 +68,7 @@ class CausalSelfAttention final : public Layer, public RecomputableScores {
   bool recompute_scores_ = false;
   LayerPtr qkv_;
   LayerPtr proj_;
+  std::string who_ = make_who();  // last: built once from the members above, so no call builds a string
 };
 
 // Throws Error unless n_heads > 0 divides d_model (the message names the layer `prefix`).

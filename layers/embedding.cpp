@@ -44,7 +44,7 @@ Embedding::Embedding(std::string prefix, std::int64_t vocab_size, std::int64_t s
 }
 
 Tensor Embedding::forward(const Tensor& ids, Stash& stash, Context& ctx) {
-  check_token_ids(ctx, ids, seq_len_, "embedding " + prefix_);
+  check_token_ids(ctx, ids, seq_len_, who_);
   const std::int64_t b = ids.dim(0), t = ids.dim(1);
   Tensor y = new_activation(ctx, Shape{b, t, dim_});
   ops::embedding_forward(ctx, ids, token_->compute(), y, {0, vocab_, vocab_});
@@ -55,8 +55,8 @@ Tensor Embedding::forward(const Tensor& ids, Stash& stash, Context& ctx) {
 
 Tensor Embedding::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   (void)ctx;
-  const Tensor& ids = stash_at(stash, 0, "embedding " + prefix_);
-  check_input(ctx, dy, DType::kF32, dim_, 1, "embedding " + prefix_ + " (dy)");
+  const Tensor& ids = stash_at(stash, 0, who_);
+  check_input(ctx, dy, DType::kF32, dim_, 1, who_, "dy");
   CLEAVE_ASSERT(dy.numel() == ids.numel() * dim_, "embedding {}: dy {} vs ids {}", prefix_, dy.shape().str(),
                 ids.shape().str());
   stash.tensors.push_back(dy);
@@ -64,8 +64,8 @@ Tensor Embedding::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
 }
 
 void Embedding::backward_weight(Stash& stash, Context& ctx) {
-  const Tensor& ids = stash_at(stash, 0, "embedding " + prefix_);
-  const Tensor& dy = stash_at(stash, 1, "embedding " + prefix_);
+  const Tensor& ids = stash_at(stash, 0, who_);
+  const Tensor& dy = stash_at(stash, 1, who_);
   ops::embedding_backward(ctx, ids, dy, token_->grad, {0, vocab_, vocab_});
   if (position_) add_position_grads(ctx, dy.view(Shape{ids.dim(0), ids.dim(1), dim_}), position_->grad, ids.dim(1), 0);
   stash.clear();

@@ -37,6 +37,7 @@ class Embedding final : public Layer {
   std::int64_t vocab_, seq_len_, dim_;
   std::shared_ptr<Param> token_;
   std::shared_ptr<Param> position_;
+  std::string who_ = "embedding " + prefix_;  // built once: messages name the layer without a string per call
 };
 
 // The token table a tied head on another pipeline stage creates for itself: same logical name

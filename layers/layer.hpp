@@ -78,10 +78,33 @@ struct Param {
   const Tensor& compute() const { return working.defined() ? working : value; }
 };
 
+struct Stash;
+
+// A stash's children: a vector of stashes whose clear() empties each child in place and keeps it, so a stash used
+// again for the next micro-batch (pipeline/stage_module.hpp keeps them) makes its children, their tensor lists and
+// theirs again without operator new. Elements [0, size()) are the live children; the kept ones past them are empty.
+class StashChildren {
+ public:
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  Stash& operator[](std::size_t i);
+  const Stash& operator[](std::size_t i) const;
+  Stash* begin();
+  Stash* end();
+  const Stash* begin() const;
+  const Stash* end() const;
+  void resize(std::size_t n);  // n children: those past the old size empty
+  void clear();                // every child cleared and kept
+
+ private:
+  std::vector<Stash> slots_;
+  std::size_t size_ = 0;
+};
+
 // What one micro-batch's forward leaves behind for its backward.
 struct Stash {
   std::vector<Tensor> tensors;
-  std::vector<Stash> children;  // stashes of sub-layers, in a fixed order chosen by the composite layer
+  StashChildren children;  // stashes of sub-layers, in a fixed order chosen by the composite layer
   // Exchanges the forward posted and the backward completes: non-blocking collectives whose result only the
   // backward reads (the moe block's count exchange under context parallelism, layers/moe/balance_exchange.hpp);
   // their buffers are among `tensors`. Dropping one still in flight waits for it (comm::Work's destructor), so a
@@ -92,8 +115,9 @@ struct Stash {
   // its backward reads (the moe block's count exchange is not posted), never what its output needs. Set by
   // whoever makes the stash, before the forward; kept by clear() and handed to the children by reset().
   bool backward_follows = true;
-  // Empties the stash (keeps backward_follows). Every exchange in flight here and in the children completes
-  // before any buffer is released (layers/stash.cpp), as it may still write into one of them.
+  // Empties the stash (keeps backward_follows and, for reuse, the memory of its lists and children). Every exchange
+  // in flight here and in the children completes before any buffer is released (layers/stash.cpp), as it may
+  // still write into one of them.
   void clear();
   // A composite layer's forward starts with this: clear(), then `n` empty children that inherit backward_follows.
   void reset(std::size_t n) {
@@ -103,6 +127,22 @@ struct Stash {
   }
   bool empty() const { return tensors.empty() && children.empty() && in_flight.empty(); }
 };
+
+// StashChildren's members need the complete Stash.
+inline Stash& StashChildren::operator[](std::size_t i) { return slots_[i]; }
+inline const Stash& StashChildren::operator[](std::size_t i) const { return slots_[i]; }
+inline Stash* StashChildren::begin() { return slots_.data(); }
+inline Stash* StashChildren::end() { return slots_.data() + size_; }
+inline const Stash* StashChildren::begin() const { return slots_.data(); }
+inline const Stash* StashChildren::end() const { return slots_.data() + size_; }
+
+inline void StashChildren::resize(std::size_t n) {
+  for (std::size_t i = n; i < size_; ++i) slots_[i].clear();
+  if (n > slots_.size()) slots_.resize(n);
+  size_ = n;
+}
+
+inline void StashChildren::clear() { resize(0); }
 
 // What a layer runs in: the op context (device, allocator, stream, GEMM mode, precision; kernels/ops) plus
 // what only layers need.

@@ -29,16 +29,18 @@ void refresh_working_copies(const std::vector<std::shared_ptr<Param>>& params, c
   }
 }
 
-void check_input(const Context& ctx, const Tensor& x, DType dtype, std::int64_t last, int min_rank, std::string_view who) {
-  CLEAVE_CHECK(x.defined(), "{}: input tensor is undefined", who);
-  CLEAVE_CHECK(x.device() == ctx.device, "{}: input is on {}, but this layer runs on {}", who, x.device().str(),
+void check_input(const Context& ctx, const Tensor& x, DType dtype, std::int64_t last, int min_rank, std::string_view who_,
+                 std::string_view input) {
+  const auto who = [&] { return input.empty() ? std::string(who_) : fmt::format("{} ({})", who_, input); };
+  CLEAVE_CHECK(x.defined(), "{}: input tensor is undefined", who());
+  CLEAVE_CHECK(x.device() == ctx.device, "{}: input is on {}, but this layer runs on {}", who(), x.device().str(),
                ctx.device.str());
   const bool floating = dtype == DType::kF32 && (x.dtype() == DType::kF32 || x.dtype() == DType::kBF16);
-  CLEAVE_CHECK(x.dtype() == dtype || floating, "{}: expected {} input, got {} {}", who,
+  CLEAVE_CHECK(x.dtype() == dtype || floating, "{}: expected {} input, got {} {}", who(),
                dtype == DType::kF32 ? "a floating (f32 or bf16)" : with_article(dtype_name(dtype)), x.shape().str(),
                dtype_name(x.dtype()));
-  CLEAVE_CHECK(x.rank() >= min_rank, "{}: expected an input of rank >= {}, got {}", who, min_rank, x.shape().str());
-  CLEAVE_CHECK(last < 0 || x.shape().last() == last, "{}: expected input [..., {}], got {}", who, last,
+  CLEAVE_CHECK(x.rank() >= min_rank, "{}: expected an input of rank >= {}, got {}", who(), min_rank, x.shape().str());
+  CLEAVE_CHECK(last < 0 || x.shape().last() == last, "{}: expected input [..., {}], got {}", who(), last,
                x.shape().str());
 }
 

@@ -29,8 +29,11 @@ void refresh_working_copies(const std::vector<std::shared_ptr<Param>>& params, c
 
 // `dtype` kF32 means any floating input (f32 or bf16).
 // Throws Error unless x is a defined tensor on ctx.device of `dtype` whose last dimension is `last` (any last when
-// last < 0) and whose rank is at least `min_rank`. `who` names the layer ("linear blocks.0.attn.qkv").
-void check_input(const Context& ctx, const Tensor& x, DType dtype, std::int64_t last, int min_rank, std::string_view who);
+// last < 0) and whose rank is at least `min_rank`. `who` names the layer ("linear blocks.0.attn.qkv"), `input` the
+// input when it is not the layer's x ("dy": the message says "linear blocks.0.attn.qkv (dy)"); both are only read
+// when the check fails, so a layer passes names it built once (no string per call).
+void check_input(const Context& ctx, const Tensor& x, DType dtype, std::int64_t last, int min_rank, std::string_view who,
+                 std::string_view input = {});
 
 // `shape` with its last dimension replaced by `last`.
 Shape with_last(const Shape& shape, std::int64_t last);

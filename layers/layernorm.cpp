@@ -16,7 +16,7 @@ LayerNorm::LayerNorm(std::string prefix, std::int64_t dim, const ParamInit& init
 }
 
 Tensor LayerNorm::forward(const Tensor& x, Stash& stash, Context& ctx) {
-  check_input(ctx, x, DType::kF32, dim_, 1, "layernorm " + prefix_);
+  check_input(ctx, x, DType::kF32, dim_, 1, who_);
   const std::int64_t rows = x.shape().rows();
   Tensor y = new_activation(ctx, x.shape());
   Tensor mean = new_activation(ctx, Shape{rows}, DType::kF32);
@@ -27,11 +27,11 @@ Tensor LayerNorm::forward(const Tensor& x, Stash& stash, Context& ctx) {
 }
 
 Tensor LayerNorm::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
-  const std::string who = "layernorm " + prefix_;
+  const std::string& who = who_;
   const Tensor& x = stash_at(stash, 0, who);
   const Tensor& mean = stash_at(stash, 1, who);
   const Tensor& rstd = stash_at(stash, 2, who);
-  check_input(ctx, dy, DType::kF32, dim_, 1, who + " (dy)");
+  check_input(ctx, dy, DType::kF32, dim_, 1, who, "dy");
   CLEAVE_ASSERT(dy.numel() == x.numel(), "{}: dy {} vs x {}", who, dy.shape().str(), x.shape().str());
   Tensor dx = new_activation(ctx, x.shape());
   ops::layernorm_backward_input(ctx, dy, x, gamma_->compute(), mean, rstd, dx);
@@ -40,7 +40,7 @@ Tensor LayerNorm::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
 }
 
 void LayerNorm::backward_weight(Stash& stash, Context& ctx) {
-  const std::string who = "layernorm " + prefix_;
+  const std::string& who = who_;
   const Tensor& x = stash_at(stash, 0, who);
   const Tensor& dy = stash_at(stash, 3, who);
   ops::layernorm_backward_weight(ctx, dy, x, stash_at(stash, 1, who), stash_at(stash, 2, who), gamma_->grad,

@@ -29,6 +29,7 @@ class LayerNorm final : public Layer {
   float eps_;
   std::shared_ptr<Param> gamma_;
   std::shared_ptr<Param> beta_;
+  std::string who_ = "layernorm " + prefix_;  // built once: messages name the layer without a string per call
 };
 
 }  // namespace cleave::layers

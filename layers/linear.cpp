@@ -29,7 +29,7 @@ Linear::Linear(std::string prefix, std::shared_ptr<Param> weight, std::shared_pt
                 "linear {}: bias must be [{}]", prefix_, out_);
 }
 
-std::string Linear::who() const { return "linear " + prefix_; }
+std::string Linear::make_who() const { return "linear " + prefix_; }
 
 Tensor Linear::forward(const Tensor& x, Stash& stash, Context& ctx) {
   check_input(ctx, x, DType::kF32, in_, 1, who());
@@ -47,7 +47,7 @@ Tensor Linear::forward(const Tensor& x, Stash& stash, Context& ctx) {
 
 Tensor Linear::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const Tensor& x = stash_at(stash, 0, who());
-  check_input(ctx, dy, DType::kF32, out_, 1, who() + " (dy)");
+  check_input(ctx, dy, DType::kF32, out_, 1, who(), "dy");
   CLEAVE_ASSERT(dy.shape().rows() == x.shape().rows(), "{}: dy {} does not match x {}", who(), dy.shape().str(),
                 x.shape().str());
   Tensor dx = new_activation(ctx, x.shape());

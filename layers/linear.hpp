@@ -32,13 +32,15 @@ class Linear final : public Layer {
   const std::shared_ptr<Param>& bias() const { return bias_; }
 
  private:
-  std::string who() const;
+  const std::string& who() const { return who_; }
+  std::string make_who() const;
 
   std::string prefix_;
   std::shared_ptr<Param> weight_;
   std::shared_ptr<Param> bias_;
   std::int64_t in_ = 0;
   std::int64_t out_ = 0;
+  std::string who_ = make_who();  // last: built once from the members above, so no call builds a string
 };
 
 }  // namespace cleave::layers

@@ -22,7 +22,7 @@ Mlp::Mlp(std::string prefix, LayerPtr fc, LayerPtr proj, bool tensor_parallel)
   CLEAVE_ASSERT(fc_ && proj_, "{}: needs fc and proj parts", who());
 }
 
-std::string Mlp::who() const { return (tensor_parallel_ ? "parallel mlp " : "mlp ") + prefix_; }
+std::string Mlp::make_who() const { return (tensor_parallel_ ? "parallel mlp " : "mlp ") + prefix_; }
 
 Tensor Mlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   stash.reset(3);

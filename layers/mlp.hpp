@@ -35,13 +35,15 @@ class Mlp final : public Layer {
   std::vector<std::shared_ptr<Param>> params() const override;
 
  private:
-  std::string who() const;
+  const std::string& who() const { return who_; }
+  std::string make_who() const;
 
   std::string prefix_;
   bool tensor_parallel_ = false;
   LayerPtr fc_;
   Gelu gelu_;
   LayerPtr proj_;
+  std::string who_ = make_who();  // last: built once from the members above, so no call builds a string
 };
 
 }  // namespace cleave::layers

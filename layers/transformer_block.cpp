@@ -44,7 +44,7 @@ std::string_view TransformerBlock::kind() const {
   return tensor_parallel_ ? "parallel_transformer_block" : "transformer_block";
 }
 
-std::string TransformerBlock::who() const {
+std::string TransformerBlock::make_who() const {
   const char* name = family_ == Family::kLlama ? "llama block " : "transformer block ";
   return (tensor_parallel_ ? std::string("parallel ") : std::string()) + name + prefix_;
 }

@@ -50,7 +50,8 @@ class TransformerBlock final : public Layer {
   void set_selective_recompute(bool on);
 
  private:
-  std::string who() const;
+  const std::string& who() const { return who_; }
+  std::string make_who() const;
 
   std::string prefix_;
   bool tensor_parallel_ = false;
@@ -60,6 +61,7 @@ class TransformerBlock final : public Layer {
   LayerPtr ln2_;
   LayerPtr mlp_;
   ResidualNorm* ln2_residual_ = nullptr;  // ln2_ when it takes the residual add with it (RmsNorm), else null
+  std::string who_ = make_who();  // last: built once from the members above, so no call builds a string
 };
 
 // `init` with std init.std / sqrt(2 · n_layers), for the residual output projections. Throws Error unless

@@ -1,4 +1,5 @@
-// StageModule: runs its blocks in order forward and in reverse for the two halves of the backward.
+// StageModule: runs its blocks in order forward and in reverse for the two halves of the backward. A micro-batch's
+// stash set is a map node recycled from a closed one (open_stashes), so its stashes keep their memory across steps.
 #include "pipeline/stage_module.hpp"
 
 #include <algorithm>
@@ -75,15 +76,34 @@ void StageModule::enable_ordered_accumulation(int microbatches, const std::vecto
   ordered_ = std::make_unique<OrderedGradAccumulator>(std::move(ordered), microbatches, ctx);
 }
 
-Tensor StageModule::forward(int microbatch, const Tensor& x, const Tensor& targets, layers::Context& ctx) {
-  auto [it, inserted] = stashes_.try_emplace(microbatch);
-  CLEAVE_ASSERT(inserted, "forward of micro-batch {} while its previous stash is still alive", microbatch);
+std::vector<layers::Stash>& StageModule::open_stashes(int microbatch) {
+  CLEAVE_ASSERT(!stashes_.contains(microbatch), "forward of micro-batch {} while its previous stash is still alive",
+                microbatch);
+  StashSets::iterator it;
+  if (spare_.empty()) {
+    it = stashes_.try_emplace(microbatch).first;
+  } else {
+    StashSets::node_type node = std::move(spare_.back());
+    spare_.pop_back();
+    node.key() = microbatch;
+    it = stashes_.insert(std::move(node)).position;
+  }
   it->second.resize(blocks_.size());
+  return it->second;
+}
+
+void StageModule::close_stashes(StashSets::iterator it) {
+  for (layers::Stash& stash : it->second) stash.clear();  // what a block's backward_weight left, if anything
+  spare_.push_back(stashes_.extract(it));
+}
+
+Tensor StageModule::forward(int microbatch, const Tensor& x, const Tensor& targets, layers::Context& ctx) {
+  std::vector<layers::Stash>& stashes = open_stashes(microbatch);
   Tensor h = x;
   const std::size_t n = blocks_.size();
   for (std::size_t i = 0; i < n; ++i) {
     Resident resident(residency_, i, i + 1 < n ? static_cast<std::ptrdiff_t>(i + 1) : -1, ctx);
-    h = layers::forward_block(*blocks_[i], h, targets, it->second[i], ctx);
+    h = layers::forward_block(*blocks_[i], h, targets, stashes[i], ctx);
   }
   return h;
 }
@@ -151,7 +171,7 @@ void StageModule::backward_weight(int microbatch, layers::Context& ctx, bool fin
   CLEAVE_ASSERT(it != stashes_.end(), "weight gradient of micro-batch {} before its forward", microbatch);
   begin_weight_pass(microbatch, final);
   for (std::size_t i = blocks_.size(); i-- > 0;) block_weight(i, it->second[i], ctx, final);
-  stashes_.erase(it);
+  close_stashes(it);
 }
 
 Tensor StageModule::backward(int microbatch, const Tensor& dy, layers::Context& ctx, bool final) {
@@ -166,7 +186,7 @@ Tensor StageModule::backward(int microbatch, const Tensor& dy, layers::Context& 
     }
     block_weight(i, it->second[i], ctx, final);  // reads stashes and gradients only
   }
-  stashes_.erase(it);
+  close_stashes(it);
   return is_first_ ? Tensor() : g;
 }
 

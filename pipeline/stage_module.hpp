@@ -99,7 +99,14 @@ class StageModule {
   std::vector<std::shared_ptr<layers::Param>> params_;  // de-duplicated (tied tables appear once)
   bool is_first_;
   bool is_last_;
-  std::map<int, std::vector<layers::Stash>> stashes_;  // micro-batch -> one stash per block
+  using StashSets = std::map<int, std::vector<layers::Stash>>;
+  // A new micro-batch's stash set: a node (its stashes' memory with it) released by an earlier one when there is
+  // one, so a steady-state step opens and closes micro-batches without operator new.
+  std::vector<layers::Stash>& open_stashes(int microbatch);
+  void close_stashes(StashSets::iterator it);
+
+  StashSets stashes_;                          // micro-batch -> one stash per block
+  std::vector<StashSets::node_type> spare_;    // closed sets, emptied, for open_stashes
   std::function<void(const layers::Param&)> on_grad_final_;
   std::function<void(const layers::Param&)> on_grad_begin_;
   std::function<void(const layers::Param&)> on_grad_done_;

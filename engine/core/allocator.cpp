@@ -2,7 +2,8 @@
 // takes a cached block of its own size; one of at least 1 MiB with none free takes the smallest cached block at most
 // 1/8 larger (best fit), so requests whose sizes vary a little from step to step (the experts' rows under expert
 // parallelism) reuse blocks instead of caching one per size seen (docs/cuda.md, "Out of memory on a GPU"). The
-// statistics count requested bytes, whichever block serves them; `reserved` counts blocks.
+// statistics count requested bytes, whichever block serves them; `reserved` counts blocks. Cache nodes a request
+// takes out are kept (spare_nodes_) for the next release to put back, and Storage blocks come from a pool of slots.
 #include "engine/core/allocator.hpp"
 
 #include <charconv>
@@ -107,7 +108,7 @@ std::shared_ptr<Storage> Allocator::allocate(std::size_t bytes, MemoryCategory c
     if (auto it = find_cached(cache_, block); it != cache_.end()) {
       data = it->second;
       block = it->first;
-      cache_.erase(it);
+      spare_nodes_.push_back(cache_.extract(it));  // release() reuses the node: no operator new once warm
     }
     stats_.current[c] += request;  // counted now, so a concurrent request sees it against the cap
     stats_.current_total += request;
@@ -140,14 +141,22 @@ std::shared_ptr<Storage> Allocator::allocate(std::size_t bytes, MemoryCategory c
     stats_.reserved += static_cast<std::int64_t>(block);
     note_peak();
   }
-  return std::make_shared<Storage>(data, bytes, block, category, this);
+  return std::allocate_shared<Storage>(PoolAllocator<Storage>(storage_pool_), data, bytes, block, category, this);
 }
 
 void Allocator::release(void* data, std::size_t bytes, std::size_t block_bytes, MemoryCategory category) {
   std::lock_guard lock(mutex_);
   stats_.current[static_cast<int>(category)] -= static_cast<std::int64_t>(bytes);
   stats_.current_total -= static_cast<std::int64_t>(bytes);
-  cache_.emplace(block_bytes, data);
+  if (spare_nodes_.empty()) {
+    cache_.emplace(block_bytes, data);
+    return;
+  }
+  auto node = std::move(spare_nodes_.back());
+  spare_nodes_.pop_back();
+  node.key() = block_bytes;
+  node.mapped() = data;
+  cache_.insert(std::move(node));
 }
 
 void Allocator::set_limit(std::int64_t bytes) {

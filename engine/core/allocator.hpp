@@ -6,6 +6,8 @@
 //    request, the cap and the usage by category, and nothing changes.
 //  - freed blocks are cached by size and reused, so a steady-state training step performs no system
 //    allocation: stats().system_allocations stops growing after the first step (tests check this).
+//  - nor does it call operator new once warm: each Storage block (and its shared_ptr control block) lives in a slot
+//    of the allocator's StoragePool, and the block cache's nodes move between the cache and a spare list.
 #pragma once
 
 #include <array>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "engine/core/device.hpp"
+#include "engine/core/storage_pool.hpp"
 
 namespace cleave {
 
@@ -106,6 +109,8 @@ class Allocator {
   mutable std::mutex mutex_;
   MemoryStats stats_;
   std::multimap<std::size_t, void*> cache_;  // block size -> free block
+  std::vector<std::multimap<std::size_t, void*>::node_type> spare_nodes_;  // cache nodes not in use, for release
+  StoragePool storage_pool_;                 // the Storage blocks allocate() hands out
 };
 
 // A new CPU allocator (64-byte aligned blocks) with its own cap and counters: one per run, so two runs in one

@@ -2,6 +2,8 @@
 // attention in the op, nothing repeated), the seam's attention core, o.
 #include "layers/llama/llama_attention.hpp"
 
+#include <array>
+
 #include "kernels/ops/ops.hpp"
 #include "layers/attention_core.hpp"
 #include "layers/layer_util.hpp"
@@ -37,7 +39,7 @@ ops::RopeParams LlamaAttention::rope_params() const {
   return rope;
 }
 
-std::string LlamaAttention::who() const {
+std::string LlamaAttention::make_who() const {
   return (tensor_parallel_ ? "parallel llama attention " : "llama attention ") + prefix_;
 }
 
@@ -79,11 +81,18 @@ void rope_unpack_runs(const Context& ctx, const Tensor& dqkv, const Tensor& dq, 
 
 }  // namespace
 
+namespace {
+std::array<Stash*, 3> qkv_stashes(Stash& stash) {
+  return {&stash.children[0], &stash.children[1], &stash.children[2]};
+}
+}  // namespace
+
 Tensor LlamaAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
   check_input(ctx, x, DType::kF32, heads_.d_model, 3, who());
   CLEAVE_CHECK(x.rank() == 3, "{}: expected [batch, seq, {}], got {}", who(), heads_.d_model, x.shape().str());
   stash.reset(norms_.q ? 6 : 4);
-  std::vector<Tensor> projected = qkv_.forward(x, {&stash.children[0], &stash.children[1], &stash.children[2]}, ctx);
+  std::array<Tensor, 3> projected;
+  qkv_.forward(x, qkv_stashes(stash), projected, ctx);
   if (norms_.q) {
     projected[0] = norms_.q->forward(projected[0], stash.children[4], ctx);
     projected[1] = norms_.k->forward(projected[1], stash.children[5], ctx);
@@ -107,21 +116,29 @@ Tensor LlamaAttention::backward_input(const Tensor& dy, Stash& stash, Context& c
   Tensor dk = new_activation(ctx, Shape{b, t, lkv * hd});
   Tensor dv = new_activation(ctx, Shape{b, t, lkv * hd});
   {  // the core's tensors and their gradients are released before the projections' backward
+    // The callback captures one reference, so its std::function holds it in place (no allocation per call).
+    struct Call {
+      const LlamaAttention& self;
+      const Tensor& dy;
+      Stash& stash;
+      Context& ctx;
+    } call{*this, dy, stash, ctx};
     const Tensor dqkv = attention_core_backward(
-        ctx, [&] { return o_->backward_input(dy, stash.children[3], ctx); }, lq, lkv, hd, heads_.window,
-        recompute_scores_, stash, who());
+        ctx, [&call] { return call.self.o_->backward_input(call.dy, call.stash.children[3], call.ctx); }, lq, lkv,
+        hd, heads_.window, recompute_scores_, stash, who());
     rope_unpack_runs(ctx, dqkv, dq, dk, dv, rope_params());
   }
   if (norms_.q) {
     dq = norms_.q->backward_input(dq, stash.children[4], ctx);
     dk = norms_.k->backward_input(dk, stash.children[5], ctx);
   }
-  return qkv_.backward_input({dq, dk, dv}, {&stash.children[0], &stash.children[1], &stash.children[2]}, ctx);
+  const std::array<Tensor, 3> dys{dq, dk, dv};
+  return qkv_.backward_input(dys, qkv_stashes(stash), ctx);
 }
 
 void LlamaAttention::backward_weight(Stash& stash, Context& ctx) {
   CLEAVE_ASSERT(stash.children.size() == (norms_.q ? 6u : 4u), "{}: backward_weight without forward", who());
-  qkv_.backward_weight({&stash.children[0], &stash.children[1], &stash.children[2]}, ctx);
+  qkv_.backward_weight(qkv_stashes(stash), ctx);
   o_->backward_weight(stash.children[3], ctx);
   if (norms_.q) {
     norms_.q->backward_weight(stash.children[4], ctx);

@@ -60,7 +60,8 @@ class LlamaAttention final : public Layer, public RecomputableScores {
   void set_recompute_scores(bool on) override { recompute_scores_ = on; }
 
  private:
-  std::string who() const;
+  const std::string& who() const { return who_; }
+  std::string make_who() const;
   ops::RopeParams rope_params() const;  // this rank's heads, grouped packing; the offset is set per run
   std::int64_t head_dim() const { return heads_.d_model / heads_.n_heads; }
 
@@ -71,6 +72,7 @@ class LlamaAttention final : public Layer, public RecomputableScores {
   LayerPtr q_, k_, v_, o_;
   QkNorms norms_;  // null without qk norms
   SharedInputParts qkv_{{q_.get(), k_.get(), v_.get()}};  // one gather / reduce-scatter under sequence parallelism
+  std::string who_ = make_who();  // last: built once from the members above, so no call builds a string
 };
 
 }  // namespace cleave::layers

@@ -25,7 +25,7 @@ Tensor RmsNorm::forward(const Tensor& x, Stash& stash, Context& ctx) {
 Tensor RmsNorm::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const Tensor& x = stash_at(stash, 0, who());
   const Tensor& rstd = stash_at(stash, 1, who());
-  check_input(ctx, dy, DType::kF32, dim_, 1, who() + " (dy)");
+  check_input(ctx, dy, DType::kF32, dim_, 1, who(), "dy");
   CLEAVE_ASSERT(dy.numel() == x.numel(), "{}: dy {} vs x {}", who(), dy.shape().str(), x.shape().str());
   Tensor dx = new_activation(ctx, x.shape());
   ops::rmsnorm_backward_input(ctx, dy, x, weight_->compute(), rstd, dx);
@@ -35,7 +35,7 @@ Tensor RmsNorm::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
 
 Tensor RmsNorm::forward_residual(const Tensor& branch, const Tensor& residual, Stash& stash, Context& ctx) {
   check_input(ctx, branch, DType::kF32, dim_, 1, who());
-  check_input(ctx, residual, DType::kF32, dim_, 1, who() + " (residual)");
+  check_input(ctx, residual, DType::kF32, dim_, 1, who(), "residual");
   Tensor y = new_activation(ctx, branch.shape());
   Tensor rstd = new_activation(ctx, Shape{branch.shape().rows()}, DType::kF32);
   ops::add_rmsnorm_forward(ctx, branch, residual, weight_->compute(), branch, y, rstd, eps_);
@@ -46,8 +46,8 @@ Tensor RmsNorm::forward_residual(const Tensor& branch, const Tensor& residual, S
 Tensor RmsNorm::backward_input_residual(const Tensor& dy, const Tensor& dresidual, Stash& stash, Context& ctx) {
   const Tensor& x = stash_at(stash, 0, who());
   const Tensor& rstd = stash_at(stash, 1, who());
-  check_input(ctx, dy, DType::kF32, dim_, 1, who() + " (dy)");
-  check_input(ctx, dresidual, DType::kF32, dim_, 1, who() + " (dresidual)");
+  check_input(ctx, dy, DType::kF32, dim_, 1, who(), "dy");
+  check_input(ctx, dresidual, DType::kF32, dim_, 1, who(), "dresidual");
   CLEAVE_ASSERT(dy.numel() == x.numel(), "{}: dy {} vs x {}", who(), dy.shape().str(), x.shape().str());
   Tensor dx = new_activation(ctx, x.shape());
   ops::add_rmsnorm_backward_input(ctx, dy, dresidual, x, weight_->compute(), rstd, dx);

@@ -29,12 +29,14 @@ class RmsNorm final : public Layer, public ResidualNorm {
   std::vector<std::shared_ptr<Param>> params() const override { return {weight_}; }
 
  private:
-  std::string who() const { return "rmsnorm " + prefix_; }
+  const std::string& who() const { return who_; }
+  std::string make_who() const { return "rmsnorm " + prefix_; }
 
   std::string prefix_;
   std::int64_t dim_;
   float eps_;
   std::shared_ptr<Param> weight_;
+  std::string who_ = make_who();  // last: built once from the members above, so no call builds a string
 };
 
 }  // namespace cleave::layers

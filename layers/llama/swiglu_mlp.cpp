@@ -1,6 +1,8 @@
 // SwiGLU MLP: composition of gate and up projections, the seam's swiglu op, and the down projection.
 #include "layers/llama/swiglu_mlp.hpp"
 
+#include <array>
+
 #include "kernels/ops/ops.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/parallel/tp_projection.hpp"
@@ -16,9 +18,14 @@ SwigluMlp::SwigluMlp(std::string prefix, LayerPtr gate, LayerPtr up, LayerPtr do
   CLEAVE_ASSERT(gate_ && up_ && down_, "{}: needs gate, up and down parts", who());
 }
 
+namespace {
+std::array<Stash*, 2> gate_up_stashes(Stash& stash) { return {&stash.children[0], &stash.children[1]}; }
+}  // namespace
+
 Tensor SwigluMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   stash.reset(3);
-  const std::vector<Tensor> projected = gate_up_.forward(x, {&stash.children[0], &stash.children[1]}, ctx);
+  std::array<Tensor, 2> projected;
+  gate_up_.forward(x, gate_up_stashes(stash), projected, ctx);
   const Tensor &g = projected[0], &u = projected[1];
   Tensor h = new_activation(ctx, g.shape());
   ops::swiglu_forward(ctx, g, u, h);
@@ -36,12 +43,13 @@ Tensor SwigluMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
     ops::swiglu_backward(ctx, g, stash_at(stash, 1, who()), dh, dg, du);
     stash.tensors.clear();
   }
-  return gate_up_.backward_input({dg, du}, {&stash.children[0], &stash.children[1]}, ctx);
+  const std::array<Tensor, 2> dys{dg, du};
+  return gate_up_.backward_input(dys, gate_up_stashes(stash), ctx);
 }
 
 void SwigluMlp::backward_weight(Stash& stash, Context& ctx) {
   CLEAVE_ASSERT(stash.children.size() == 3, "{}: backward_weight without forward", who());
-  gate_up_.backward_weight({&stash.children[0], &stash.children[1]}, ctx);
+  gate_up_.backward_weight(gate_up_stashes(stash), ctx);
   down_->backward_weight(stash.children[2], ctx);
   stash.clear();
 }

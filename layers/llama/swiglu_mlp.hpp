@@ -31,12 +31,14 @@ class SwigluMlp final : public Layer {
   std::vector<std::shared_ptr<Param>> params() const override;
 
  private:
-  std::string who() const { return (tensor_parallel_ ? "parallel swiglu mlp " : "swiglu mlp ") + prefix_; }
+  const std::string& who() const { return who_; }
+  std::string make_who() const { return (tensor_parallel_ ? "parallel swiglu mlp " : "swiglu mlp ") + prefix_; }
 
   std::string prefix_;
   bool tensor_parallel_ = false;
   LayerPtr gate_, up_, down_;
   SharedInputParts gate_up_{{gate_.get(), up_.get()}};  // one gather / reduce-scatter under sequence parallelism
+  std::string who_ = make_who();  // last: built once from the members above, so no call builds a string
 };
 
 // A SwigluMlp named `prefix` (D -> F -> D) for any tp size: its gate, up and down projections ("<prefix>.gate" ...)

@@ -92,7 +92,8 @@ class MoeMlp final : public Layer {
   const RouterOptions& router_options() const { return router_; }
 
  private:
-  std::string who() const { return std::string(kind()) + " " + prefix_; }
+  const std::string& who() const { return who_; }
+  std::string make_who() const { return std::string(kind()) + " " + prefix_; }
   // The routing of the host tensors `logits` [N, E] and `bias` [E] (undefined without a sigmoid router's bias);
   // `full` is the routed input (x, all-gathered under sequence parallelism), whose shape gives the tokens per sample.
   Routing route_stashed(const Tensor& logits, const Tensor& bias, const Tensor& full, Context& ctx) const;
@@ -130,6 +131,7 @@ class MoeMlp final : public Layer {
   std::shared_ptr<Param> router_weight_, router_bias_, gate_, up_, down_;
   LayerPtr shared_;
   MoeStats stats_;  // written by backward_input: what the last micro-batch routed (read by logs and tests)
+  std::string who_ = make_who();  // last: built once from the members above, so no call builds a string
 };
 
 }  // namespace cleave::layers

@@ -39,15 +39,21 @@ TokenScores score_token(const float* l, std::span<const float> bias, const Route
 // index; forced: forced_row's experts, slot 0 first); returns the sum of their scores, summed in selection order.
 double choose_experts(const double* s, std::vector<double>& key, std::span<const std::int32_t> forced_row,
                       std::int64_t k, std::vector<std::int32_t>& order) {
-  // Forced routing: the forced experts' keys lifted above any score (slot 0 highest), so the sort below picks
+  // Forced routing: the forced experts' keys lifted above any score (slot 0 highest), so the selection below picks
   // them in slot order.
   for (std::int64_t j = 0; !forced_row.empty() && j < k; ++j) {
     key[static_cast<std::size_t>(forced_row[static_cast<std::size_t>(j)])] += 1e9 * static_cast<double>(k - j);
   }
+  // The k largest keys, ties to the lower index (the first k of a stable sort of 0..E-1 by key descending), picked
+  // one by one: no sort buffer per token.
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-    return key[static_cast<std::size_t>(a)] > key[static_cast<std::size_t>(b)];
-  });
+  for (std::int64_t j = 0; j < k; ++j) {
+    auto best = order.begin() + j;
+    for (auto it = best + 1; it != order.end(); ++it) {
+      if (key[static_cast<std::size_t>(*it)] > key[static_cast<std::size_t>(*best)]) best = it;
+    }
+    std::rotate(order.begin() + j, best, best + 1);  // keeps the rest in index order, so ties go to the lower
+  }
   double chosen = 0.0;
   for (std::int64_t j = 0; j < k; ++j) chosen += s[order[static_cast<std::size_t>(j)]];
   // The token's slots in expert-index order: the combine sums them in slot order, so by token, then by expert

@@ -87,7 +87,7 @@ Tensor ColumnParallelLinear::backward_input(const Tensor& dy, Stash& stash, Cont
 void ColumnParallelLinear::backward_input_into(const Tensor& dy, const Tensor& dx_full, bool accumulate, Stash& stash,
                                                Context& ctx) {
   const Tensor& x = stash_at(stash, 0, who());
-  check_input(ctx, dy, DType::kF32, local_.out_features(), 3, who() + " (dy)");
+  check_input(ctx, dy, DType::kF32, local_.out_features(), 3, who(), "dy");
   CLEAVE_ASSERT(dy.dim(0) == x.dim(0) && dy.dim(1) == x.dim(1) * tp_size_ &&
                     dx_full.shape() == with_last(dy.shape(), local_.in_features()),
                 "{}: dy {} / dx {} is not the full sequence of the shard x {}", who(), dy.shape().str(),

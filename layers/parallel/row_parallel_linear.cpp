@@ -54,7 +54,7 @@ Tensor RowParallelLinear::forward(const Tensor& x, Stash& stash, Context& ctx) {
 
 Tensor RowParallelLinear::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   if (!sequence_parallel(ctx, tp_size_)) return local_.backward_input(dy, stash, ctx);
-  check_input(ctx, dy, DType::kF32, local_.out_features(), 3, who() + " (dy)");
+  check_input(ctx, dy, DType::kF32, local_.out_features(), 3, who(), "dy");
   Tensor dx = local_.backward_input(sequence_all_gather(dy, ctx, tp_size_, tp_rank_, who()), stash, ctx);
   // The shard: the bias gradient of this rank's tokens. Without a bias nothing reads it (the weight gradient
   // reads the gathered dy), so it is not kept until W.

@@ -29,26 +29,22 @@ bool SharedInputParts::shared(const Context& ctx) const {
   return !columns_.empty() && sequence_parallel(ctx, columns_.front()->tp_size());
 }
 
-std::vector<Tensor> SharedInputParts::forward(const Tensor& x, const std::vector<Stash*>& stashes,
-                                              Context& ctx) const {
-  CLEAVE_ASSERT(stashes.size() == parts_.size(), "SharedInputParts: {} stashes for {} parts", stashes.size(),
-                parts_.size());
-  std::vector<Tensor> out;
+void SharedInputParts::forward(const Tensor& x, std::span<Stash* const> stashes, std::span<Tensor> out,
+                               Context& ctx) const {
+  CLEAVE_ASSERT(stashes.size() == parts_.size() && out.size() == parts_.size(),
+                "SharedInputParts: {} stashes and {} outputs for {} parts", stashes.size(), out.size(), parts_.size());
   if (!shared(ctx)) {
-    for (std::size_t i = 0; i < parts_.size(); ++i) out.push_back(parts_[i]->forward(x, *stashes[i], ctx));
-    return out;
+    for (std::size_t i = 0; i < parts_.size(); ++i) out[i] = parts_[i]->forward(x, *stashes[i], ctx);
+    return;
   }
   const ColumnParallelLinear& first = *columns_.front();
   tp_group(ctx, first.tp_size(), first.tp_rank(), "shared column-parallel input");
   check_input(ctx, x, DType::kF32, first.in_features(), 3, "shared column-parallel input");
   const Tensor full = sequence_all_gather(x, ctx, first.tp_size(), first.tp_rank(), "shared column-parallel input");
-  for (std::size_t i = 0; i < parts_.size(); ++i) {
-    out.push_back(columns_[i]->forward_gathered(x, full, *stashes[i], ctx));
-  }
-  return out;
+  for (std::size_t i = 0; i < parts_.size(); ++i) out[i] = columns_[i]->forward_gathered(x, full, *stashes[i], ctx);
 }
 
-Tensor SharedInputParts::backward_input(const std::vector<Tensor>& dys, const std::vector<Stash*>& stashes,
+Tensor SharedInputParts::backward_input(std::span<const Tensor> dys, std::span<Stash* const> stashes,
                                         Context& ctx) const {
   CLEAVE_ASSERT(dys.size() == parts_.size() && stashes.size() == parts_.size(),
                 "SharedInputParts: {} gradients and {} stashes for {} parts", dys.size(), stashes.size(),
@@ -68,7 +64,7 @@ Tensor SharedInputParts::backward_input(const std::vector<Tensor>& dys, const st
   return sequence_reduce_scatter(dx_partial, ctx, first.tp_size(), first.tp_rank(), "shared column-parallel input");
 }
 
-void SharedInputParts::backward_weight(const std::vector<Stash*>& stashes, Context& ctx) const {
+void SharedInputParts::backward_weight(std::span<Stash* const> stashes, Context& ctx) const {
   CLEAVE_ASSERT(stashes.size() == parts_.size(), "SharedInputParts: {} stashes for {} parts", stashes.size(),
                 parts_.size());
   if (!shared(ctx)) {

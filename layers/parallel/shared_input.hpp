@@ -11,9 +11,10 @@
 // own: forward in order, input gradients summed in part order, weight gradients in order.
 //
 // Invariant: stashes[i] is parts[i]'s stash; all parts' forward saw the same x (so their stashed shards are one
-// tensor).
+// tensor). Lists are spans over the caller's fixed arrays: a call allocates no list.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "layers/layer.hpp"
@@ -26,11 +27,11 @@ class SharedInputParts {
  public:
   explicit SharedInputParts(std::vector<Layer*> parts);
 
-  // Each part's output for input x.
-  std::vector<Tensor> forward(const Tensor& x, const std::vector<Stash*>& stashes, Context& ctx) const;
+  // Each part's output for input x, into out[i].
+  void forward(const Tensor& x, std::span<Stash* const> stashes, std::span<Tensor> out, Context& ctx) const;
   // Σ_i dx of part i for output gradient dys[i].
-  Tensor backward_input(const std::vector<Tensor>& dys, const std::vector<Stash*>& stashes, Context& ctx) const;
-  void backward_weight(const std::vector<Stash*>& stashes, Context& ctx) const;
+  Tensor backward_input(std::span<const Tensor> dys, std::span<Stash* const> stashes, Context& ctx) const;
+  void backward_weight(std::span<Stash* const> stashes, Context& ctx) const;
 
  private:
   bool shared(const Context& ctx) const;

@@ -65,7 +65,7 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids, Stash& stash, Context&
 
 Tensor VocabParallelEmbedding::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const Tensor& ids = stash_at(stash, 0, who());
-  check_input(ctx, dy, DType::kF32, dim_, 1, who() + " (dy)");
+  check_input(ctx, dy, DType::kF32, dim_, 1, who(), "dy");
   if (sequence_parallel(ctx, tp_size_)) {
     CLEAVE_ASSERT(dy.numel() * tp_size_ == ids.numel() * dim_, "{}: dy {} is not a sequence shard of ids {}", who(),
                   dy.shape().str(), ids.shape().str());

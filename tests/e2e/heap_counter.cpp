@@ -2,13 +2,16 @@
 // (heap_counter.hpp). Allocations go to malloc / aligned_alloc as the default ones do; only the counting is added.
 // Owners come from backtrace() and dladdr(), neither of which calls operator new; each return address's class is
 // remembered in a fixed table (dladdr scans an object's symbols), and a thread's own guard keeps an allocation made
-// while classifying (none expected) from recursing.
+// while classifying (none expected) from recursing. An engine allocation's site (its innermost frames of ours) is
+// counted in a second fixed table, named only when sites() is asked, after counting.
 #include "heap_counter.hpp"
 
+#include <cxxabi.h>
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdio>
@@ -80,6 +83,53 @@ Frame classify(void* address) {
   return found;
 }
 
+// Engine allocation sites: the innermost kSiteDepth return addresses of ours -> count; a full table stops adding.
+constexpr int kSiteDepth = 12;
+constexpr std::size_t kSiteSlots = 1 << 12;
+struct SiteSlot {
+  void* frames[kSiteDepth];
+  std::int64_t count;
+};
+SiteSlot g_sites[kSiteSlots];
+std::atomic_flag g_sites_lock = ATOMIC_FLAG_INIT;
+
+void count_site(void* const* frames, int n) {
+  void* ours[kSiteDepth] = {};
+  int k = 0;
+  for (int i = 0; i < n && k < kSiteDepth; ++i) {
+    const Frame f = classify(frames[i]);
+    if (f == Frame::kEngine || f == Frame::kKernels) ours[k++] = frames[i];
+  }
+  std::uintptr_t hash = 0;
+  for (void* f : ours) hash = hash * 1000003u ^ reinterpret_cast<std::uintptr_t>(f);
+  std::size_t slot = (hash >> 3) % kSiteSlots;
+  while (g_sites_lock.test_and_set(std::memory_order_acquire)) {
+  }
+  for (std::size_t probe = 0; probe < 256; ++probe, slot = (slot + 1) % kSiteSlots) {
+    SiteSlot& s = g_sites[slot];
+    if (s.count == 0) std::copy(ours, ours + kSiteDepth, s.frames);
+    if (std::equal(ours, ours + kSiteDepth, s.frames)) {
+      ++s.count;
+      break;
+    }
+  }
+  g_sites_lock.clear(std::memory_order_release);
+}
+
+std::string frame_name(void* address) {
+  Dl_info info{};
+  if (dladdr(address, &info) == 0 || info.dli_sname == nullptr) {
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "%p", address);
+    return hex;
+  }
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+  std::string name = status == 0 && demangled != nullptr ? demangled : info.dli_sname;
+  std::free(demangled);
+  return name;
+}
+
 Owner owner_of(void* const* frames, int n) {
   Frame first_ours = Frame::kUnknown;
   for (int i = 0; i < n; ++i) {
@@ -100,6 +150,7 @@ void count(std::size_t bytes) {
   const int n = backtrace(frames, 64);
   const Owner owner = owner_of(frames, n);
   g_counts[owner].fetch_add(1, std::memory_order_relaxed);
+  if (owner == kEngine) count_site(frames, n);
   if (owner != kOneDnnExecute && owner != kMpi && g_trace_left.fetch_sub(1, std::memory_order_relaxed) > 0) {
     char line[64];
     const int len = std::snprintf(line, sizeof line, "--- allocation of %zu bytes\n", bytes);
@@ -126,8 +177,35 @@ std::string Counts::str() const {
          std::to_string(mpi) + " inside MPI";
 }
 
+bool Site::mentions(const std::string& part) const {
+  return std::any_of(frames.begin(), frames.end(), [&](const std::string& f) { return f.find(part) != f.npos; });
+}
+
+std::string Site::str(std::size_t depth) const {
+  std::string out;
+  for (std::size_t i = 0; i < frames.size() && i < depth; ++i) {
+    out += (i > 0 ? " < " : "") + frames[i].substr(0, frames[i].find('('));  // the name without its parameters
+  }
+  return out;
+}
+
+std::vector<Site> sites() {
+  std::vector<Site> out;
+  for (const SiteSlot& s : g_sites) {
+    if (s.count == 0) continue;
+    Site site{s.count, {}};
+    for (void* f : s.frames) {
+      if (f != nullptr) site.frames.push_back(frame_name(f));
+    }
+    out.push_back(std::move(site));
+  }
+  std::sort(out.begin(), out.end(), [](const Site& a, const Site& b) { return a.count > b.count; });
+  return out;
+}
+
 void start() {
   for (auto& c : g_counts) c.store(0);
+  for (SiteSlot& s : g_sites) s = SiteSlot{};
   const char* trace = std::getenv("CLEAVE_HEAP_TRACE");
   g_trace_left.store(trace != nullptr ? std::atoll(trace) : 0);
   void* warm[1];

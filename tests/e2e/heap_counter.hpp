@@ -17,10 +17,15 @@
 // malloc from C code (OpenBLAS, libgomp, MPI's own allocators, oneDNN's buffers) is not operator new and is not
 // counted. CLEAVE_HEAP_TRACE=N prints the call stacks of the first N allocations of each stretch not charged to
 // oneDNN's execute or MPI (stderr; addresses for addr2line).
+//
+// The engine's allocations are also grouped by site: the innermost kSiteDepth frames of ours on the stack (the
+// allocator's, the tensor's, then the layer's or the executor's that asked), so a test can name the owner of each
+// and print the largest (sites(), after stop()).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace cleave::testing::heap {
 
@@ -33,8 +38,20 @@ struct Counts {
   std::string str() const;
 };
 
+// One call stack of ours that allocated while counting: its frames' names, innermost first (demangled; a frame
+// dladdr cannot name is its address), and how many allocations it made.
+struct Site {
+  std::int64_t count = 0;
+  std::vector<std::string> frames;
+  bool mentions(const std::string& part) const;  // any frame's name contains part
+  std::string str(std::size_t depth) const;      // the innermost depth frames' names (no parameters), " < " between
+};
+
 // Counting between start() and stop() (one stretch at a time).
 void start();
 Counts stop();
+
+// The engine's allocations (Counts::engine) of the last stretch by site, the largest first. Call after stop().
+std::vector<Site> sites();
 
 }  // namespace cleave::testing::heap

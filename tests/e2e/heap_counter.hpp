@@ -37,4 +37,10 @@ struct Counts {
 void start();
 Counts stop();
 
+// Optional finer owners (the multi-rank test's areas, steady_state_heap_mpi_test.cpp): while set, `observer` is called
+// with `context` and the call stack of each counted allocation charged to the engine (kEngine), inside the counter's
+// guard. It must not allocate (dladdr and fixed tables only). Set it before start(); nullptr clears it.
+using EngineObserver = void (*)(void* context, void* const* frames, int n);
+void observe_engine(EngineObserver observer, void* context);
+
 }  // namespace cleave::testing::heap

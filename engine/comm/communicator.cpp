@@ -5,6 +5,26 @@
 #include <algorithm>
 
 namespace cleave::comm {
+namespace {
+
+// "all_reduce on mpi comm 'world/dp' (rank 1 of 4)" (Communicator::where), formatted only when a check fails.
+struct At {
+  const Communicator& comm;
+  std::string_view op;
+};
+
+}  // namespace
+}  // namespace cleave::comm
+
+template <>
+struct fmt::formatter<cleave::comm::At> : fmt::formatter<std::string_view> {
+  auto format(const cleave::comm::At& at, fmt::format_context& ctx) const {
+    return fmt::format_to(ctx.out(), "{} on {} comm '{}' (rank {} of {})", at.op, at.comm.backend(), at.comm.name(),
+                          at.comm.rank(), at.comm.size());
+  }
+};
+
+namespace cleave::comm {
 
 std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
@@ -14,9 +34,7 @@ std::string_view reduce_op_name(ReduceOp op) {
   return "?";
 }
 
-std::string Communicator::where(std::string_view op) const {
-  return fmt::format("{} on {} comm '{}' (rank {} of {})", op, backend(), name(), rank(), size());
-}
+std::string Communicator::where(std::string_view op) const { return fmt::format("{}", At{*this, op}); }
 
 bool tensors_overlap(const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined() || a.storage() != b.storage() || a.nbytes() == 0 || b.nbytes() == 0) {
@@ -54,7 +72,7 @@ std::string format_ranks(const std::vector<int>& ranks) {
 }
 
 namespace {
-void check_defined(const Tensor& t, const std::string& where, std::string_view what) {
+void check_defined(const Tensor& t, const At& where, std::string_view what) {
   CLEAVE_CHECK(t.defined(), "{}: {} tensor is undefined", where, what);
 }
 }  // namespace
@@ -65,7 +83,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, std::strin
 }
 
 WorkPtr Communicator::all_reduce(const Tensor& tensor, ReduceOp op, const Stream& stream) {
-  const std::string at = where("all_reduce");
+  const At at{*this, "all_reduce"};
   check_defined(tensor, at, "the");
   if (tensor.numel() == 0) return std::make_unique<CompletedWork>();
   return all_reduce_impl(tensor, op, stream);
@@ -75,7 +93,7 @@ namespace {
 
 // The shared checks of reduce_scatter and all_gather: `whole` holds size() blocks of `block`'s size, same
 // dtype and device; the two may overlap only as block `index` of `whole` (the in-place form).
-void check_block_pair(const std::string& at, const Tensor& whole, const char* whole_name, const Tensor& block,
+void check_block_pair(const At& at, const Tensor& whole, const char* whole_name, const Tensor& block,
                       const char* block_name, int index, int blocks) {
   check_defined(whole, at, whole_name);
   check_defined(block, at, block_name);
@@ -94,19 +112,19 @@ void check_block_pair(const std::string& at, const Tensor& whole, const char* wh
 }  // namespace
 
 WorkPtr Communicator::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op, const Stream& stream) {
-  check_block_pair(where("reduce_scatter"), input, "input", output, "output", rank(), size());
+  check_block_pair(At{*this, "reduce_scatter"}, input, "input", output, "output", rank(), size());
   if (output.numel() == 0) return std::make_unique<CompletedWork>();
   return reduce_scatter_impl(input, output, op, stream);
 }
 
 WorkPtr Communicator::all_gather(const Tensor& input, const Tensor& output, const Stream& stream) {
-  check_block_pair(where("all_gather"), output, "output", input, "input", rank(), size());
+  check_block_pair(At{*this, "all_gather"}, output, "output", input, "input", rank(), size());
   if (input.numel() == 0) return std::make_unique<CompletedWork>();
   return all_gather_impl(input, output, stream);
 }
 
 WorkPtr Communicator::broadcast(const Tensor& tensor, int root, const Stream& stream) {
-  const std::string at = where("broadcast");
+  const At at{*this, "broadcast"};
   check_defined(tensor, at, "the");
   CLEAVE_CHECK(root >= 0 && root < size(), "{}: root {} is not a rank of this communicator (0..{})", at, root,
                size() - 1);
@@ -117,7 +135,7 @@ WorkPtr Communicator::broadcast(const Tensor& tensor, int root, const Stream& st
 WorkPtr Communicator::barrier(const Stream& stream) { return barrier_impl(stream); }
 
 WorkPtr Communicator::batch_p2p(std::vector<P2POp> ops, const Stream& stream) {
-  const std::string at = where("batch_p2p");
+  const At at{*this, "batch_p2p"};
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
     const char* kind = op.kind == P2PKind::kSend ? "send" : "recv";
@@ -133,7 +151,14 @@ WorkPtr Communicator::batch_p2p(std::vector<P2POp> ops, const Stream& stream) {
     }
   }
   // Receives first: a self-send then finds its receive already posted, and big exchanges start sooner.
-  std::stable_partition(ops.begin(), ops.end(), [](const P2POp& op) { return op.kind == P2PKind::kRecv; });
+  // In place (std::stable_partition takes a scratch buffer); a batch holds a few ops, so quadratic is fine.
+  std::size_t receives = 0;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind != P2PKind::kRecv) continue;
+    const auto at = ops.begin() + static_cast<std::ptrdiff_t>(i);
+    std::rotate(ops.begin() + static_cast<std::ptrdiff_t>(receives), at, at + 1);
+    ++receives;
+  }
   std::erase_if(ops, [](const P2POp& op) { return op.tensor.numel() == 0; });
   if (ops.empty()) return std::make_unique<CompletedWork>();
   return batch_p2p_impl(std::move(ops), stream);
@@ -141,7 +166,7 @@ WorkPtr Communicator::batch_p2p(std::vector<P2POp> ops, const Stream& stream) {
 
 WorkPtr Communicator::all_to_all_v(const Tensor& send, std::span<const std::int64_t> send_rows, const Tensor& recv,
                                    std::span<const std::int64_t> recv_rows, const Stream& stream) {
-  const std::string at = where("all_to_all_v");
+  const At at{*this, "all_to_all_v"};
   check_defined(send, at, "the send");
   check_defined(recv, at, "the receive");
   const auto n = static_cast<std::size_t>(size());

@@ -93,8 +93,23 @@ class Work {
   virtual bool test() = 0;
   // Blocks until the op is complete, or aborts the job after the communicator's timeout.
   virtual void wait() = 0;
+
+ protected:
+  friend struct WorkRelease;
+  // Where a handle goes when its owner drops it: deleted, unless the backend keeps finished Works for its next ops
+  // (the MPI backend's pool, so a steady-state step allocates no Work). Waits first, as the destructor does.
+  virtual void recycle() noexcept { delete this; }
 };
-using WorkPtr = std::unique_ptr<Work>;
+
+// WorkPtr's deleter: hands the Work to its backend (Work::recycle). Made from std::default_delete, so a
+// std::make_unique<SomeWork>() converts to a WorkPtr.
+struct WorkRelease {
+  WorkRelease() = default;
+  template <class W>
+  WorkRelease(std::default_delete<W>) {}  // NOLINT(google-explicit-constructor): the conversion is the point
+  void operator()(Work* work) const noexcept { work->recycle(); }
+};
+using WorkPtr = std::unique_ptr<Work, WorkRelease>;
 
 // A Work that is complete from the start (empty tensors, single-rank no-ops).
 class CompletedWork final : public Work {

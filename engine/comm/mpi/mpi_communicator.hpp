@@ -94,7 +94,7 @@ class MpiCommunicator final : public Communicator {
 
   // Blocking, with the watchdog: MPI_Ibarrier polled to completion. Used before blocking MPI calls
   // (MPI_Comm_split, MPI_Comm_dup) so a missing peer ends in a timeout, not a hang.
-  void guarded_barrier(std::string_view op) const;
+  void guarded_barrier(const char* op) const;
 
   [[noreturn]] void abort(const std::string& reason) override;
 

@@ -134,7 +134,7 @@ WorkPtr Communicator::broadcast(const Tensor& tensor, int root, const Stream& st
 
 WorkPtr Communicator::barrier(const Stream& stream) { return barrier_impl(stream); }
 
-WorkPtr Communicator::batch_p2p(std::vector<P2POp> ops, const Stream& stream) {
+WorkPtr Communicator::batch_p2p(std::span<const P2POp> ops, const Stream& stream) {
   const At at{*this, "batch_p2p"};
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
@@ -150,18 +150,18 @@ WorkPtr Communicator::batch_p2p(std::vector<P2POp> ops, const Stream& stream) {
       }
     }
   }
-  // Receives first: a self-send then finds its receive already posted, and big exchanges start sooner.
-  // In place (std::stable_partition takes a scratch buffer); a batch holds a few ops, so quadratic is fine.
-  std::size_t receives = 0;
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].kind != P2PKind::kRecv) continue;
-    const auto at = ops.begin() + static_cast<std::ptrdiff_t>(i);
-    std::rotate(ops.begin() + static_cast<std::ptrdiff_t>(receives), at, at + 1);
-    ++receives;
+  // Receives first (a self-send then finds its receive already posted, and big exchanges start sooner), each kind
+  // in the caller's order, empty tensors left out.
+  p2p_ops_.clear();
+  for (const P2PKind kind : {P2PKind::kRecv, P2PKind::kSend}) {
+    for (const P2POp& op : ops) {
+      if (op.kind == kind && op.tensor.numel() > 0) p2p_ops_.push_back(op);
+    }
   }
-  std::erase_if(ops, [](const P2POp& op) { return op.tensor.numel() == 0; });
-  if (ops.empty()) return std::make_unique<CompletedWork>();
-  return batch_p2p_impl(std::move(ops), stream);
+  if (p2p_ops_.empty()) return std::make_unique<CompletedWork>();
+  WorkPtr work = batch_p2p_impl(p2p_ops_, stream);
+  p2p_ops_.clear();
+  return work;
 }
 
 WorkPtr Communicator::all_to_all_v(const Tensor& send, std::span<const std::int64_t> send_rows, const Tensor& recv,
@@ -183,7 +183,8 @@ WorkPtr Communicator::all_to_all_v(const Tensor& send, std::span<const std::int6
   CLEAVE_CHECK(width < 0 || recv_width < 0 || width == recv_width, "{}: send rows of {} elements, receive rows of {}",
                at, width, recv_width);
   CLEAVE_CHECK(!tensors_overlap(send, recv), "{}: send and receive overlap", at);
-  const auto cut = [&](const Tensor& t, std::span<const std::int64_t> rows, const char* what) {
+  const auto cut = [&](const Tensor& t, std::span<const std::int64_t> rows, const char* what,
+                       std::vector<Tensor>& blocks) {
     std::int64_t total = 0;
     for (std::size_t q = 0; q < n; ++q) {
       CLEAVE_CHECK(rows[q] >= 0, "{}: {} count for rank {} is {}", at, what, q, rows[q]);
@@ -191,31 +192,36 @@ WorkPtr Communicator::all_to_all_v(const Tensor& send, std::span<const std::int6
     }
     CLEAVE_CHECK(total == t.dim(0), "{}: {} counts sum to {} rows but the tensor {} has {}", at, what, total,
                  t.shape().str(), t.dim(0));
-    std::vector<Tensor> blocks;
+    blocks.clear();
     std::int64_t first = 0;
     for (std::size_t q = 0; q < n; ++q) {
       blocks.push_back(t.slice(first, first + rows[q]));
       first += rows[q];
     }
-    return blocks;
   };
-  std::vector<Tensor> send_blocks = cut(send, send_rows, "send");
-  std::vector<Tensor> recv_blocks = cut(recv, recv_rows, "receive");
-  if (send.numel() == 0 && recv.numel() == 0) return std::make_unique<CompletedWork>();
-  return all_to_all_v_impl(std::move(send_blocks), std::move(recv_blocks), stream);
+  cut(send, send_rows, "send", send_blocks_);
+  cut(recv, recv_rows, "receive", recv_blocks_);
+  WorkPtr work = send.numel() == 0 && recv.numel() == 0
+                     ? std::make_unique<CompletedWork>()
+                     : all_to_all_v_impl(send_blocks_, recv_blocks_, stream);
+  send_blocks_.clear();
+  recv_blocks_.clear();
+  return work;
 }
 
-WorkPtr Communicator::all_to_all_v_impl(std::vector<Tensor> send_blocks, std::vector<Tensor> recv_blocks,
+WorkPtr Communicator::all_to_all_v_impl(std::span<const Tensor> send_blocks, std::span<const Tensor> recv_blocks,
                                         const Stream& stream) {
-  std::vector<P2POp> ops;  // receives first (batch_p2p_impl's contract), empty blocks left out
+  p2p_ops_.clear();  // receives first (batch_p2p_impl's contract), empty blocks left out
   for (std::size_t p = 0; p < recv_blocks.size(); ++p) {
-    if (recv_blocks[p].numel() > 0) ops.push_back(P2POp::recv(std::move(recv_blocks[p]), static_cast<int>(p)));
+    if (recv_blocks[p].numel() > 0) p2p_ops_.push_back(P2POp::recv(recv_blocks[p], static_cast<int>(p)));
   }
   for (std::size_t q = 0; q < send_blocks.size(); ++q) {
-    if (send_blocks[q].numel() > 0) ops.push_back(P2POp::send(std::move(send_blocks[q]), static_cast<int>(q)));
+    if (send_blocks[q].numel() > 0) p2p_ops_.push_back(P2POp::send(send_blocks[q], static_cast<int>(q)));
   }
-  if (ops.empty()) return std::make_unique<CompletedWork>();
-  return batch_p2p_impl(std::move(ops), stream);
+  if (p2p_ops_.empty()) return std::make_unique<CompletedWork>();
+  WorkPtr work = batch_p2p_impl(p2p_ops_, stream);
+  p2p_ops_.clear();
+  return work;
 }
 
 WorkPtr exchange_counts(Communicator& comm, const Tensor& send, const Tensor& recv, const Stream& stream) {
@@ -223,8 +229,8 @@ WorkPtr exchange_counts(Communicator& comm, const Tensor& send, const Tensor& re
                    send.dim(0) == comm.size() && recv.shape() == send.shape() && recv.dtype() == DType::kI64,
                "exchange_counts on comm '{}' of {} ranks: send and receive must be i64 [{}, per_peer]", comm.name(),
                comm.size(), comm.size());
-  const std::vector<std::int64_t> ones(static_cast<std::size_t>(comm.size()), 1);
-  return comm.all_to_all_v(send, ones, recv, ones, stream);
+  comm.one_row_per_rank_.assign(static_cast<std::size_t>(comm.size()), 1);  // within capacity after the first call
+  return comm.all_to_all_v(send, comm.one_row_per_rank_, recv, comm.one_row_per_rank_, stream);
 }
 
 }  // namespace cleave::comm

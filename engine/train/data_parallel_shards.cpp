@@ -71,15 +71,12 @@ std::vector<optim::FlatShard> DataParallel::make_shards(const comm::GradientBuck
 }
 
 kernels::ExactSquareSum DataParallel::local_grad_sum_of_squares(const optim::ParamFilter& counted) const {
-  return optim::shard_grad_sum_of_squares(shards_, counted, options_.context);
+  return optim::shard_grad_sum_of_squares(shards_, counted, options_.context, grad_list_);
 }
 
 double DataParallel::clip(double max_norm, double norm) {
-  if (sharded()) return optim::clip_shard_grads(shards_, max_norm, norm, options_.context);
-  optim::ParamList all(order_.begin(), order_.end());
-  if (split_table_) all.push_back(split_table_);
-  all.insert(all.end(), expert_order_.begin(), expert_order_.end());
-  return optim::clip_grads(all, max_norm, norm, options_.context);
+  if (sharded()) return optim::clip_shard_grads(shards_, max_norm, norm, options_.context, grad_list_);
+  return optim::clip_unique_grads(clip_params_, max_norm, norm, options_.context, grad_list_);
 }
 
 void DataParallel::all_gather_values(const comm::GradientBucketer& bucketer, const std::vector<Tensor>& values,

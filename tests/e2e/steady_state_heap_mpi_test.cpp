@@ -38,9 +38,8 @@ struct Area {
 const std::vector<Area>& areas() {
   static const std::vector<Area> kAreas = {
       {"router metrics", {"RouterMetrics", "router_metrics"}, false},
-      {"comm all_to_all_v (ep)", {"all_to_all_v", "exchange_counts"}, false},
-      {"comm (works, labels, checks)", {"6cleave4comm"}, true},
-      {"optimizer", {"6cleave5optim"}, false},
+      {"comm (works, labels, checks, all_to_all_v)", {"6cleave4comm"}, true},
+      {"optimizer (norm, clipping, step)", {"6cleave5optim"}, true},
       {"dp / ZeRO (reduction, shards, gathers)",
        {"DataParallel", "data_parallel", "ParameterGather", "parameter_gather", "ParameterShards", "parameter_shards"},
        false},

@@ -108,7 +108,7 @@ WorkPtr MpiCommunicator::barrier_impl(const Stream& stream) {
   return work;
 }
 
-WorkPtr MpiCommunicator::batch_p2p_impl(std::vector<P2POp> ops, const Stream& stream) {
+WorkPtr MpiCommunicator::batch_p2p_impl(std::span<const P2POp> ops, const Stream& stream) {
   (void)stream;
   MpiCommState& s = *state_;
   for (const P2POp& op : ops) {

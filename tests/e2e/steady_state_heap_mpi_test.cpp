@@ -1,12 +1,13 @@
-// The steady-state rule (docs/ops.md, "No heap allocation in a steady-state step") on the multi-rank side, under
-// mpiexec -n 2: after three warm-up steps, three training steps of small models at dp2 (ZeRO 0 and 3), pp2 (1F1B),
-// cp2 (ring and all_to_all) and ep2 (a small MoE) make no heap allocation (global operator new, heap_counter.hpp) in
-// the areas this test holds to zero: the communicator (its Works, request and label storage, the gradient bucketer),
-// the optimizer, context parallelism's layout and exchanges, expert parallelism's dispatch and combine, and the router
-// metrics. Each allocation charged to the engine is charged further to the area of the innermost named function of
-// ours on its stack (EngineAreas below: a substring of its mangled name, first match wins); the other areas (a
-// Tensor's storage, the allocator's cache, layers, the pipeline executor, the trainer) are printed, not asserted.
-// The engine's total must be non-zero, so a counter that sees nothing cannot pass.
+// The steady-state rule (docs/ops.md, "No heap allocation in the CPU kernel layer", "Multi-rank") under mpiexec -n 2:
+// after three warm-up steps, three training steps of small models at dp2 (ZeRO 0 and 3), pp2 (1F1B), cp2 (ring and
+// all_to_all) and ep2 (a small MoE) make no heap allocation (global operator new, heap_counter.hpp) in the areas held
+// to zero: the communicator (its Works, request labels and details, argument checks, batch_p2p and all_to_all_v
+// lists), the optimizer side (the gradient norm, clipping and step) and context parallelism's layout. Each
+// allocation charged to the engine is charged further to the area of the innermost named function of ours on its
+// stack (EngineAreas below: a substring of its mangled name, first match wins); the other areas (cp exchanges, ep
+// dispatch, dp / ZeRO, router metrics, a Tensor's storage, the allocator's cache, layers, the pipeline executor, the
+// trainer) are printed, not asserted. The engine's total must be non-zero, so a counter that sees nothing cannot
+// pass; with the Work pool bypassed (one allocation per op put back) the comm area fails at every layout.
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <gtest/gtest.h>

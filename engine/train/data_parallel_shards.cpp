@@ -110,7 +110,8 @@ void DataParallel::sharded_step(double lr) {
 }
 
 void DataParallel::adopt_shard_grads() {
-  std::vector<Tensor> grads;
+  std::vector<Tensor>& grads = grad_list_;  // the kept list: no allocation per step
+  grads.clear();
   for (int b = 0; b < bucketer_->num_buckets(); ++b) grads.push_back(bucketer_->shard(b));
   if (table_bucketer_) {
     for (int b = 0; b < table_bucketer_->num_buckets(); ++b) grads.push_back(table_bucketer_->shard(b));
@@ -122,6 +123,7 @@ void DataParallel::adopt_shard_grads() {
                 shards_.size());
   for (std::size_t s = 0; s < shards_.size(); ++s) shards_[s].grad = grads[s];
   sharded_optimizer_->set_shard_grads(grads);
+  grads.clear();
 }
 
 }  // namespace cleave::train

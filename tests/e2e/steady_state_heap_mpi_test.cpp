@@ -2,10 +2,11 @@
 // after three warm-up steps, three training steps of small models at dp2 (ZeRO 0 and 3), pp2 (1F1B), cp2 (ring and
 // all_to_all) and ep2 (a small MoE) make no heap allocation (global operator new, heap_counter.hpp) in the areas held
 // to zero: the communicator (its Works, request labels and details, argument checks, batch_p2p and all_to_all_v
-// lists), the optimizer side (the gradient norm, clipping and step) and context parallelism's layout. Each
+// lists), the optimizer side (the gradient norm, clipping and step), the data-parallel side (reduction, ZeRO shards
+// and gathers) and context parallelism's layout. Each
 // allocation charged to the engine is charged further to the area of the innermost named function of ours on its
 // stack (EngineAreas below: a substring of its mangled name, first match wins); the other areas (cp exchanges, ep
-// dispatch, dp / ZeRO, router metrics, a Tensor's storage, the allocator's cache, layers, the pipeline executor, the
+// dispatch, router metrics, a Tensor's storage, the allocator's cache, layers, the pipeline executor, the
 // trainer) are printed, not asserted. The engine's total must be non-zero, so a counter that sees nothing cannot
 // pass; with the Work pool bypassed (one allocation per op put back) the comm area fails at every layout.
 #include <dlfcn.h>
@@ -43,7 +44,7 @@ const std::vector<Area>& areas() {
       {"optimizer (norm, clipping, step)", {"6cleave5optim"}, true},
       {"dp / ZeRO (reduction, shards, gathers)",
        {"DataParallel", "data_parallel", "ParameterGather", "parameter_gather", "ParameterShards", "parameter_shards"},
-       false},
+       true},
       {"cp layout", {"CpLayout", "CpSegments", "cp_layout"}, true},
       {"cp exchanges (ring, all_to_all)", {"ring_attention", "RingAttention", "ulysses", "Ulysses", "seq_to_heads",
                                            "heads_to_seq"}, false},

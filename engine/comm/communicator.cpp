@@ -5,6 +5,26 @@
 #include <algorithm>
 
 namespace cleave::comm {
+namespace {
+
+// "all_reduce on mpi comm 'world/dp' (rank 1 of 4)" (Communicator::where), formatted only when a check fails.
+struct At {
+  const Communicator& comm;
+  std::string_view op;
+};
+
+}  // namespace
+}  // namespace cleave::comm
+
+template <>
+struct fmt::formatter<cleave::comm::At> : fmt::formatter<std::string_view> {
+  auto format(const cleave::comm::At& at, fmt::format_context& ctx) const {
+    return fmt::format_to(ctx.out(), "{} on {} comm '{}' (rank {} of {})", at.op, at.comm.backend(), at.comm.name(),
+                          at.comm.rank(), at.comm.size());
+  }
+};
+
+namespace cleave::comm {
 
 std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
@@ -14,9 +34,7 @@ std::string_view reduce_op_name(ReduceOp op) {
   return "?";
 }
 
-std::string Communicator::where(std::string_view op) const {
-  return fmt::format("{} on {} comm '{}' (rank {} of {})", op, backend(), name(), rank(), size());
-}
+std::string Communicator::where(std::string_view op) const { return fmt::format("{}", At{*this, op}); }
 
 bool tensors_overlap(const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined() || a.storage() != b.storage() || a.nbytes() == 0 || b.nbytes() == 0) {
@@ -54,7 +72,7 @@ std::string format_ranks(const std::vector<int>& ranks) {
 }
 
 namespace {
-void check_defined(const Tensor& t, const std::string& where, std::string_view what) {
+void check_defined(const Tensor& t, const At& where, std::string_view what) {
   CLEAVE_CHECK(t.defined(), "{}: {} tensor is undefined", where, what);
 }
 }  // namespace
@@ -65,7 +83,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, std::strin
 }
 
 WorkPtr Communicator::all_reduce(const Tensor& tensor, ReduceOp op, const Stream& stream) {
-  const std::string at = where("all_reduce");
+  const At at{*this, "all_reduce"};
   check_defined(tensor, at, "the");
   if (tensor.numel() == 0) return std::make_unique<CompletedWork>();
   return all_reduce_impl(tensor, op, stream);
@@ -75,7 +93,7 @@ namespace {
 
 // The shared checks of reduce_scatter and all_gather: `whole` holds size() blocks of `block`'s size, same
 // dtype and device; the two may overlap only as block `index` of `whole` (the in-place form).
-void check_block_pair(const std::string& at, const Tensor& whole, const char* whole_name, const Tensor& block,
+void check_block_pair(const At& at, const Tensor& whole, const char* whole_name, const Tensor& block,
                       const char* block_name, int index, int blocks) {
   check_defined(whole, at, whole_name);
   check_defined(block, at, block_name);
@@ -94,19 +112,19 @@ void check_block_pair(const std::string& at, const Tensor& whole, const char* wh
 }  // namespace
 
 WorkPtr Communicator::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op, const Stream& stream) {
-  check_block_pair(where("reduce_scatter"), input, "input", output, "output", rank(), size());
+  check_block_pair(At{*this, "reduce_scatter"}, input, "input", output, "output", rank(), size());
   if (output.numel() == 0) return std::make_unique<CompletedWork>();
   return reduce_scatter_impl(input, output, op, stream);
 }
 
 WorkPtr Communicator::all_gather(const Tensor& input, const Tensor& output, const Stream& stream) {
-  check_block_pair(where("all_gather"), output, "output", input, "input", rank(), size());
+  check_block_pair(At{*this, "all_gather"}, output, "output", input, "input", rank(), size());
   if (input.numel() == 0) return std::make_unique<CompletedWork>();
   return all_gather_impl(input, output, stream);
 }
 
 WorkPtr Communicator::broadcast(const Tensor& tensor, int root, const Stream& stream) {
-  const std::string at = where("broadcast");
+  const At at{*this, "broadcast"};
   check_defined(tensor, at, "the");
   CLEAVE_CHECK(root >= 0 && root < size(), "{}: root {} is not a rank of this communicator (0..{})", at, root,
                size() - 1);
@@ -116,8 +134,8 @@ WorkPtr Communicator::broadcast(const Tensor& tensor, int root, const Stream& st
 
 WorkPtr Communicator::barrier(const Stream& stream) { return barrier_impl(stream); }
 
-WorkPtr Communicator::batch_p2p(std::vector<P2POp> ops, const Stream& stream) {
-  const std::string at = where("batch_p2p");
+WorkPtr Communicator::batch_p2p(std::span<const P2POp> ops, const Stream& stream) {
+  const At at{*this, "batch_p2p"};
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
     const char* kind = op.kind == P2PKind::kSend ? "send" : "recv";
@@ -132,16 +150,23 @@ WorkPtr Communicator::batch_p2p(std::vector<P2POp> ops, const Stream& stream) {
       }
     }
   }
-  // Receives first: a self-send then finds its receive already posted, and big exchanges start sooner.
-  std::stable_partition(ops.begin(), ops.end(), [](const P2POp& op) { return op.kind == P2PKind::kRecv; });
-  std::erase_if(ops, [](const P2POp& op) { return op.tensor.numel() == 0; });
-  if (ops.empty()) return std::make_unique<CompletedWork>();
-  return batch_p2p_impl(std::move(ops), stream);
+  // Receives first (a self-send then finds its receive already posted, and big exchanges start sooner), each kind
+  // in the caller's order, empty tensors left out.
+  p2p_ops_.clear();
+  for (const P2PKind kind : {P2PKind::kRecv, P2PKind::kSend}) {
+    for (const P2POp& op : ops) {
+      if (op.kind == kind && op.tensor.numel() > 0) p2p_ops_.push_back(op);
+    }
+  }
+  if (p2p_ops_.empty()) return std::make_unique<CompletedWork>();
+  WorkPtr work = batch_p2p_impl(p2p_ops_, stream);
+  p2p_ops_.clear();
+  return work;
 }
 
 WorkPtr Communicator::all_to_all_v(const Tensor& send, std::span<const std::int64_t> send_rows, const Tensor& recv,
                                    std::span<const std::int64_t> recv_rows, const Stream& stream) {
-  const std::string at = where("all_to_all_v");
+  const At at{*this, "all_to_all_v"};
   check_defined(send, at, "the send");
   check_defined(recv, at, "the receive");
   const auto n = static_cast<std::size_t>(size());
@@ -158,7 +183,8 @@ WorkPtr Communicator::all_to_all_v(const Tensor& send, std::span<const std::int6
   CLEAVE_CHECK(width < 0 || recv_width < 0 || width == recv_width, "{}: send rows of {} elements, receive rows of {}",
                at, width, recv_width);
   CLEAVE_CHECK(!tensors_overlap(send, recv), "{}: send and receive overlap", at);
-  const auto cut = [&](const Tensor& t, std::span<const std::int64_t> rows, const char* what) {
+  const auto cut = [&](const Tensor& t, std::span<const std::int64_t> rows, const char* what,
+                       std::vector<Tensor>& blocks) {
     std::int64_t total = 0;
     for (std::size_t q = 0; q < n; ++q) {
       CLEAVE_CHECK(rows[q] >= 0, "{}: {} count for rank {} is {}", at, what, q, rows[q]);
@@ -166,31 +192,36 @@ WorkPtr Communicator::all_to_all_v(const Tensor& send, std::span<const std::int6
     }
     CLEAVE_CHECK(total == t.dim(0), "{}: {} counts sum to {} rows but the tensor {} has {}", at, what, total,
                  t.shape().str(), t.dim(0));
-    std::vector<Tensor> blocks;
+    blocks.clear();
     std::int64_t first = 0;
     for (std::size_t q = 0; q < n; ++q) {
       blocks.push_back(t.slice(first, first + rows[q]));
       first += rows[q];
     }
-    return blocks;
   };
-  std::vector<Tensor> send_blocks = cut(send, send_rows, "send");
-  std::vector<Tensor> recv_blocks = cut(recv, recv_rows, "receive");
-  if (send.numel() == 0 && recv.numel() == 0) return std::make_unique<CompletedWork>();
-  return all_to_all_v_impl(std::move(send_blocks), std::move(recv_blocks), stream);
+  cut(send, send_rows, "send", send_blocks_);
+  cut(recv, recv_rows, "receive", recv_blocks_);
+  WorkPtr work = send.numel() == 0 && recv.numel() == 0
+                     ? std::make_unique<CompletedWork>()
+                     : all_to_all_v_impl(send_blocks_, recv_blocks_, stream);
+  send_blocks_.clear();
+  recv_blocks_.clear();
+  return work;
 }
 
-WorkPtr Communicator::all_to_all_v_impl(std::vector<Tensor> send_blocks, std::vector<Tensor> recv_blocks,
+WorkPtr Communicator::all_to_all_v_impl(std::span<const Tensor> send_blocks, std::span<const Tensor> recv_blocks,
                                         const Stream& stream) {
-  std::vector<P2POp> ops;  // receives first (batch_p2p_impl's contract), empty blocks left out
+  p2p_ops_.clear();  // receives first (batch_p2p_impl's contract), empty blocks left out
   for (std::size_t p = 0; p < recv_blocks.size(); ++p) {
-    if (recv_blocks[p].numel() > 0) ops.push_back(P2POp::recv(std::move(recv_blocks[p]), static_cast<int>(p)));
+    if (recv_blocks[p].numel() > 0) p2p_ops_.push_back(P2POp::recv(recv_blocks[p], static_cast<int>(p)));
   }
   for (std::size_t q = 0; q < send_blocks.size(); ++q) {
-    if (send_blocks[q].numel() > 0) ops.push_back(P2POp::send(std::move(send_blocks[q]), static_cast<int>(q)));
+    if (send_blocks[q].numel() > 0) p2p_ops_.push_back(P2POp::send(send_blocks[q], static_cast<int>(q)));
   }
-  if (ops.empty()) return std::make_unique<CompletedWork>();
-  return batch_p2p_impl(std::move(ops), stream);
+  if (p2p_ops_.empty()) return std::make_unique<CompletedWork>();
+  WorkPtr work = batch_p2p_impl(p2p_ops_, stream);
+  p2p_ops_.clear();
+  return work;
 }
 
 WorkPtr exchange_counts(Communicator& comm, const Tensor& send, const Tensor& recv, const Stream& stream) {
@@ -198,8 +229,8 @@ WorkPtr exchange_counts(Communicator& comm, const Tensor& send, const Tensor& re
                    send.dim(0) == comm.size() && recv.shape() == send.shape() && recv.dtype() == DType::kI64,
                "exchange_counts on comm '{}' of {} ranks: send and receive must be i64 [{}, per_peer]", comm.name(),
                comm.size(), comm.size());
-  const std::vector<std::int64_t> ones(static_cast<std::size_t>(comm.size()), 1);
-  return comm.all_to_all_v(send, ones, recv, ones, stream);
+  comm.one_row_per_rank_.assign(static_cast<std::size_t>(comm.size()), 1);  // within capacity after the first call
+  return comm.all_to_all_v(send, comm.one_row_per_rank_, recv, comm.one_row_per_rank_, stream);
 }
 
 }  // namespace cleave::comm

@@ -93,8 +93,23 @@ class Work {
   virtual bool test() = 0;
   // Blocks until the op is complete, or aborts the job after the communicator's timeout.
   virtual void wait() = 0;
+
+ protected:
+  friend struct WorkRelease;
+  // Where a handle goes when its owner drops it: deleted, unless the backend keeps finished Works for its next ops
+  // (the MPI backend's pool, so a steady-state step allocates no Work). Waits first, as the destructor does.
+  virtual void recycle() noexcept { delete this; }
 };
-using WorkPtr = std::unique_ptr<Work>;
+
+// WorkPtr's deleter: hands the Work to its backend (Work::recycle). Made from std::default_delete, so a
+// std::make_unique<SomeWork>() converts to a WorkPtr.
+struct WorkRelease {
+  WorkRelease() = default;
+  template <class W>
+  WorkRelease(std::default_delete<W>) {}  // NOLINT(google-explicit-constructor): the conversion is the point
+  void operator()(Work* work) const noexcept { work->recycle(); }
+};
+using WorkPtr = std::unique_ptr<Work, WorkRelease>;
 
 // A Work that is complete from the start (empty tensors, single-rank no-ops).
 class CompletedWork final : public Work {
@@ -144,7 +159,12 @@ class Communicator {
   WorkPtr barrier(const Stream& stream = cpu_stream());
   // All sends and receives are posted together (one ncclGroupStart/End on NCCL), so a ring or any
   // exchange pattern cannot deadlock on ordering. Messages between one pair with one tag match in order.
-  WorkPtr batch_p2p(std::vector<P2POp> ops, const Stream& stream = cpu_stream());
+  // The ops are copied (into this communicator's reused list: a steady-state batch allocates nothing); a caller
+  // may pass a fixed array. The vector form is the same call, for braced lists.
+  WorkPtr batch_p2p(std::span<const P2POp> ops, const Stream& stream = cpu_stream());
+  WorkPtr batch_p2p(const std::vector<P2POp>& ops, const Stream& stream = cpu_stream()) {
+    return batch_p2p(std::span<const P2POp>(ops), stream);
+  }
   // All-to-all with variable counts (expert parallelism's token dispatch, layers/moe/expert_dispatch.hpp).
   // `send` holds size() consecutive blocks of rows (a row: the elements of one index of dim 0), block q of
   // send_rows[q] rows going to rank q; `recv` receives, in rank order, block p of recv_rows[p] rows from rank p.
@@ -174,16 +194,26 @@ class Communicator {
   virtual WorkPtr all_gather_impl(const Tensor& input, const Tensor& output, const Stream& stream) = 0;
   virtual WorkPtr broadcast_impl(const Tensor& tensor, int root, const Stream& stream) = 0;
   virtual WorkPtr barrier_impl(const Stream& stream) = 0;
-  // Receives all precede sends in `ops` (sorted by the caller, stable otherwise).
-  virtual WorkPtr batch_p2p_impl(std::vector<P2POp> ops, const Stream& stream) = 0;
+  // Receives all precede sends in `ops` (sorted by the caller, stable otherwise), none empty; valid for the call.
+  virtual WorkPtr batch_p2p_impl(std::span<const P2POp> ops, const Stream& stream) = 0;
   // Optional: the default posts one batch of point-to-point messages, each non-empty block a send or a receive
   // (on MPI a batch of Isend/Irecv, on NCCL one ncclGroupStart/End of ncclSend/ncclRecv: the grouped
   // send/receive all-to-all). `send_blocks[q]` / `recv_blocks[p]` are the row blocks cut by the caller.
-  virtual WorkPtr all_to_all_v_impl(std::vector<Tensor> send_blocks, std::vector<Tensor> recv_blocks,
+  virtual WorkPtr all_to_all_v_impl(std::span<const Tensor> send_blocks, std::span<const Tensor> recv_blocks,
                                     const Stream& stream);
 
   // "all_reduce on comm 'world/dp' (rank 1 of 4)": prefix for argument errors.
   std::string where(std::string_view op) const;
+
+ private:
+  friend WorkPtr exchange_counts(Communicator& comm, const Tensor& send, const Tensor& recv, const Stream& stream);
+
+  // Lists the front reuses from call to call (one thread drives a communicator); emptied after each call, so they
+  // hold no tensor between calls.
+  std::vector<P2POp> p2p_ops_;
+  std::vector<Tensor> send_blocks_;
+  std::vector<Tensor> recv_blocks_;
+  std::vector<std::int64_t> one_row_per_rank_;  // exchange_counts' row counts, made on first use
 };
 
 // The count exchange that precedes an all_to_all_v: `send` [size(), per_peer] (i64, on the communicator's

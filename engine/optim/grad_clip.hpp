@@ -42,4 +42,11 @@ double global_grad_norm(const ParamList& params, const SumReducer& all_reduce_su
 // are then left untouched).
 double clip_grads(const ParamList& params, double max_norm, double norm, const ops::Context& ctx = {});
 
+// The same two over `unique` (each Param once: unique_params' result, which the caller keeps from step to step),
+// listing the gradients into `list` (the caller's, refilled each call): a steady-state step allocates nothing.
+kernels::ExactSquareSum unique_grad_sum_of_squares(const ParamList& unique, const ParamFilter& counted,
+                                                   const ops::Context& ctx, std::vector<Tensor>& list);
+double clip_unique_grads(const ParamList& unique, double max_norm, double norm, const ops::Context& ctx,
+                         std::vector<Tensor>& list);
+
 }  // namespace cleave::optim

@@ -145,27 +145,42 @@ std::unique_ptr<ShardedOptimizer> make_sharded_optimizer(const config::Optimizer
 
 kernels::ExactSquareSum shard_grad_sum_of_squares(const std::vector<FlatShard>& shards, const ParamFilter& counted,
                                                   const ops::Context& ctx) {
-  std::vector<Tensor> segments;  // one wait for all (ops::sum_squares_exact; the order does not matter)
+  std::vector<Tensor> list;
+  return shard_grad_sum_of_squares(shards, counted, ctx, list);
+}
+
+kernels::ExactSquareSum shard_grad_sum_of_squares(const std::vector<FlatShard>& shards, const ParamFilter& counted,
+                                                  const ops::Context& ctx, std::vector<Tensor>& list) {
+  list.clear();  // one wait for all (ops::sum_squares_exact; the order does not matter)
   for (const FlatShard& shard : shards) {
     CLEAVE_CHECK(shard.grad.dtype() == DType::kF32, "grad norm: a shard holds {} gradients; expected f32",
                  dtype_name(shard.grad.dtype()));
     for (const ShardSegment& s : shard.segments) {
       if (counted && !counted(*s.param)) continue;
-      segments.push_back(shard.grad.slice(s.begin, s.begin + s.numel));
+      list.push_back(shard.grad.slice(s.begin, s.begin + s.numel));
     }
   }
-  return ops::sum_squares_exact(ctx, segments);
+  const kernels::ExactSquareSum sum = ops::sum_squares_exact(ctx, list);
+  list.clear();  // holds no gradient between steps
+  return sum;
 }
 
 double clip_shard_grads(const std::vector<FlatShard>& shards, double max_norm, double norm, const ops::Context& ctx) {
+  std::vector<Tensor> list;
+  return clip_shard_grads(shards, max_norm, norm, ctx, list);
+}
+
+double clip_shard_grads(const std::vector<FlatShard>& shards, double max_norm, double norm, const ops::Context& ctx,
+                        std::vector<Tensor>& list) {
   if (max_norm <= 0.0 || !std::isfinite(norm) || norm <= max_norm) return 1.0;
   const double scale = max_norm / (norm + 1e-6);
   const float factor = static_cast<float>(scale);
-  std::vector<Tensor> segments;  // one call for all (one OpenMP team on the CPU)
+  list.clear();  // one call for all (one OpenMP team on the CPU)
   for (const FlatShard& shard : shards) {
-    for (const ShardSegment& s : shard.segments) segments.push_back(shard.grad.slice(s.begin, s.begin + s.numel));
+    for (const ShardSegment& s : shard.segments) list.push_back(shard.grad.slice(s.begin, s.begin + s.numel));
   }
-  ops::scale_inplace_many(ctx, segments, factor);
+  ops::scale_inplace_many(ctx, list, factor);
+  list.clear();
   return scale;
 }
 

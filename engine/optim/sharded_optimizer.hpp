@@ -137,4 +137,11 @@ kernels::ExactSquareSum shard_grad_sum_of_squares(const std::vector<FlatShard>& 
 double clip_shard_grads(const std::vector<FlatShard>& shards, double max_norm, double norm,
                         const ops::Context& ctx = {});
 
+// The same two, listing the segments into `list`: the caller's, refilled each call (kept from step to step, so a
+// steady-state step allocates no list).
+kernels::ExactSquareSum shard_grad_sum_of_squares(const std::vector<FlatShard>& shards, const ParamFilter& counted,
+                                                  const ops::Context& ctx, std::vector<Tensor>& list);
+double clip_shard_grads(const std::vector<FlatShard>& shards, double max_norm, double norm, const ops::Context& ctx,
+                        std::vector<Tensor>& list);
+
 }  // namespace cleave::optim

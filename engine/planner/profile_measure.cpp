@@ -61,7 +61,7 @@ class ShardTimingComm final : public comm::Communicator {
   comm::WorkPtr all_gather_impl(const Tensor&, const Tensor&, const Stream&) override { return done(); }
   comm::WorkPtr broadcast_impl(const Tensor&, int, const Stream&) override { return done(); }
   comm::WorkPtr barrier_impl(const Stream&) override { return done(); }
-  comm::WorkPtr batch_p2p_impl(std::vector<comm::P2POp>, const Stream&) override {
+  comm::WorkPtr batch_p2p_impl(std::span<const comm::P2POp>, const Stream&) override {
     CLEAVE_THROW("profile: a block sent a point-to-point message inside its tensor-parallel group");
   }
 

@@ -33,6 +33,14 @@ std::vector<std::vector<std::byte>> all_gather_bytes(comm::Communicator& comm, s
 }
 
 std::vector<double> reduce_doubles(comm::Communicator& comm, const std::vector<double>& values, comm::ReduceOp op) {
+  std::vector<double> out(values.size());
+  reduce_doubles_into(comm, values, out, op);
+  return out;
+}
+
+void reduce_doubles_into(comm::Communicator& comm, std::span<const double> values, std::span<double> out,
+                         comm::ReduceOp op) {
+  CLEAVE_ASSERT(out.size() == values.size(), "reduce_doubles_into: {} values into {}", values.size(), out.size());
   // Every rank sends the same count (the contract), so one all_gather of the exact bit patterns suffices.
   const auto count = static_cast<std::int64_t>(values.size());
   Tensor mine = Tensor::empty({count}, DType::kI64, MemoryCategory::kCommunication, cpu_allocator());
@@ -40,7 +48,6 @@ std::vector<double> reduce_doubles(comm::Communicator& comm, const std::vector<d
   Tensor all = Tensor::empty({count * comm.size()}, DType::kI64, MemoryCategory::kCommunication, cpu_allocator());
   comm.all_gather(mine, all)->wait();
   const auto* gathered = static_cast<const double*>(all.raw_data());
-  std::vector<double> out(values.size());
   for (std::int64_t i = 0; i < count; ++i) {
     double acc = gathered[i];
     for (int r = 1; r < comm.size(); ++r) {
@@ -49,7 +56,6 @@ std::vector<double> reduce_doubles(comm::Communicator& comm, const std::vector<d
     }
     out[static_cast<std::size_t>(i)] = acc;
   }
-  return out;
 }
 
 }  // namespace cleave::train

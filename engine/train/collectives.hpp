@@ -36,5 +36,8 @@ std::vector<std::vector<T>> all_gather_values(comm::Communicator& comm, std::spa
 // Element-wise sum (or max) of `values` over the ranks, combined in rank order; every rank passes the same
 // number of values. Collective.
 std::vector<double> reduce_doubles(comm::Communicator& comm, const std::vector<double>& values, comm::ReduceOp op);
+// The same into `out` (out.size() == values.size(); it may be `values` itself), for a caller that keeps its vector.
+void reduce_doubles_into(comm::Communicator& comm, std::span<const double> values, std::span<double> out,
+                         comm::ReduceOp op);
 
 }  // namespace cleave::train

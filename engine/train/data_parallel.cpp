@@ -159,6 +159,12 @@ DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::m
                 optim::unique_params(params).size());
   CLEAVE_ASSERT(tied_group_ == nullptr || plan.tied_table_split(), "data parallel: a tied group without a split tied table");
   split_ready_order(ready.sequence, tied_name, reports);
+  {
+    optim::ParamList all(order_.begin(), order_.end());  // what clip() scales without ZeRO, listed once
+    if (split_table_) all.push_back(split_table_);
+    all.insert(all.end(), expert_order_.begin(), expert_order_.end());
+    clip_params_ = optim::unique_params(all);
+  }
   const bool per_microbatch = options.per_microbatch && options.zero_stage >= 2;
   make_bucketers(bucket_specs(order_, ready, reports, options.zero_stage, per_microbatch), ready.unit_of, reports,
                  per_microbatch);

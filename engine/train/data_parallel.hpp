@@ -213,6 +213,8 @@ class DataParallel {
   std::vector<Tensor> values_;        // ZeRO-1: flat parameter buffers, one per bucket of bucketer_
   std::vector<Tensor> table_values_;  // ZeRO-1: the same for table_bucketer_
   std::vector<optim::FlatShard> shards_;  // this rank's shard of every bucket (both bucketers)
+  optim::ParamList clip_params_;          // order_, the split table, expert_order_: each once (clip without ZeRO)
+  mutable std::vector<Tensor> grad_list_;  // the norm's, clipping's and ZeRO-2/3 adoption's tensor list (empty between)
   std::unique_ptr<optim::ShardedOptimizer> sharded_optimizer_;
   std::unique_ptr<ParameterShards> parameter_shards_;  // ZeRO-3 (after the bucketers: it keeps pointers to them)
   std::unordered_map<const layers::Param*, Entry> entries_;

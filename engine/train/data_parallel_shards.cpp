@@ -71,15 +71,12 @@ std::vector<optim::FlatShard> DataParallel::make_shards(const comm::GradientBuck
 }
 
 kernels::ExactSquareSum DataParallel::local_grad_sum_of_squares(const optim::ParamFilter& counted) const {
-  return optim::shard_grad_sum_of_squares(shards_, counted, options_.context);
+  return optim::shard_grad_sum_of_squares(shards_, counted, options_.context, grad_list_);
 }
 
 double DataParallel::clip(double max_norm, double norm) {
-  if (sharded()) return optim::clip_shard_grads(shards_, max_norm, norm, options_.context);
-  optim::ParamList all(order_.begin(), order_.end());
-  if (split_table_) all.push_back(split_table_);
-  all.insert(all.end(), expert_order_.begin(), expert_order_.end());
-  return optim::clip_grads(all, max_norm, norm, options_.context);
+  if (sharded()) return optim::clip_shard_grads(shards_, max_norm, norm, options_.context, grad_list_);
+  return optim::clip_unique_grads(clip_params_, max_norm, norm, options_.context, grad_list_);
 }
 
 void DataParallel::all_gather_values(const comm::GradientBucketer& bucketer, const std::vector<Tensor>& values,
@@ -113,7 +110,8 @@ void DataParallel::sharded_step(double lr) {
 }
 
 void DataParallel::adopt_shard_grads() {
-  std::vector<Tensor> grads;
+  std::vector<Tensor>& grads = grad_list_;  // the kept list: no allocation per step
+  grads.clear();
   for (int b = 0; b < bucketer_->num_buckets(); ++b) grads.push_back(bucketer_->shard(b));
   if (table_bucketer_) {
     for (int b = 0; b < table_bucketer_->num_buckets(); ++b) grads.push_back(table_bucketer_->shard(b));
@@ -125,6 +123,7 @@ void DataParallel::adopt_shard_grads() {
                 shards_.size());
   for (std::size_t s = 0; s < shards_.size(); ++s) shards_[s].grad = grads[s];
   sharded_optimizer_->set_shard_grads(grads);
+  grads.clear();
 }
 
 }  // namespace cleave::train

@@ -63,14 +63,17 @@ struct PackedLayout {
   std::size_t kind_wait_s(std::size_t k) const { return kind_s(k) + layers::kNumAllToAllKinds; }
 };
 
-// The ep group's shortest time in each of the step's calls (a max-reduce of the negated times over `ep`); the rank's
-// own times without a group. Collective over `ep` (every rank of a group runs the same calls).
-std::vector<double> shortest_over_group(const std::vector<layers::AllToAllCall>& calls, comm::Communicator* ep) {
-  std::vector<double> negated(calls.size());
-  for (std::size_t i = 0; i < calls.size(); ++i) negated[i] = -calls[i].seconds;
-  if (ep != nullptr && ep->size() > 1 && !negated.empty()) negated = reduce_doubles(*ep, negated, comm::ReduceOp::kMax);
-  for (double& x : negated) x = -x;
-  return negated;
+// The ep group's shortest time in each of the step's calls (a max-reduce of the negated times over `ep`) into
+// `shortest` (the caller's, kept from step to step: no allocation once it has held a step's calls); the rank's own
+// times without a group. Collective over `ep` (every rank of a group runs the same calls).
+void shortest_over_group(const std::vector<layers::AllToAllCall>& calls, comm::Communicator* ep,
+                         std::vector<double>& shortest) {
+  shortest.resize(calls.size());
+  for (std::size_t i = 0; i < calls.size(); ++i) shortest[i] = -calls[i].seconds;
+  if (ep != nullptr && ep->size() > 1 && !shortest.empty()) {
+    reduce_doubles_into(*ep, shortest, shortest, comm::ReduceOp::kMax);
+  }
+  for (double& x : shortest) x = -x;
 }
 
 // This rank's contribution: its log of each block in `blocks` (zeros for a block it did not route).
@@ -165,7 +168,8 @@ std::vector<std::pair<std::string, double>> RouterMetrics::finish(comm::Communic
                                                                   int ep_rank, comm::Communicator* ep) {
   if (!active()) return {};
   const PackedLayout at{blocks_.size(), static_cast<std::size_t>(experts_), static_cast<std::size_t>(ep_size)};
-  const AllToAllSplit split = split_all_to_alls(log_.calls(), shortest_over_group(log_.calls(), ep));
+  shortest_over_group(log_.calls(), ep, shortest_);
+  const AllToAllSplit split = split_all_to_alls(log_.calls(), shortest_);
   const std::vector<double> mine = tp_rank == 0
                                        ? pack_log(log_, blocks_, at, static_cast<std::size_t>(ep_rank), split)
                                        : std::vector<double>(at.size(), 0.0);

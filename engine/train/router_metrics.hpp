@@ -60,6 +60,7 @@ class RouterMetrics {
   std::vector<std::string> blocks_;
   std::int64_t experts_ = 0;
   layers::RouterLog log_;
+  std::vector<double> shortest_;  // the ep group's shortest time per all-to-all call of the step (finish)
 };
 
 // Per kind of all-to-all (layers::AllToAllKind), a rank's seconds in the step's calls of that kind and, of them, the

@@ -12,7 +12,7 @@
 namespace cleave::train {
 
 StepTail::StepTail(RankSetup& setup, RankModel& model, std::function<void(int bucket)> after_bucket_launch)
-    : setup_(setup), model_(model) {
+    : setup_(setup), model_(model), unique_params_(optim::unique_params(model.params())) {
   const config::RunConfig& cfg = setup.config;
   // Data parallel: grads (and, under ZeRO-1, values) become views into flat bucket buffers before any
   // optimizer sees them; the tied table's copies are summed inside the reduction, before dp.
@@ -81,9 +81,6 @@ void StepTail::optimizer_step() {
   const optim::ParamFilter counted = [this, tp_rank](const layers::Param& p) {
     return model_.counts_in_norm(p, tp_rank);
   };
-  const optim::SumReducer across_stages = [this](const std::vector<double>& local) {
-    return reduce_doubles(*setup_.model_parallel, local, comm::ReduceOp::kSum);
-  };
   // With dp > 1 each rank counts its dp shard of every gradient and the sum runs over the whole world. The sums
   // are exact (kernels/exact_square_sum.hpp), so the norm's bits do not depend on how dp, ZeRO or ep split the
   // gradients, nor on the reduction order.
@@ -93,7 +90,7 @@ void StepTail::optimizer_step() {
                           reduce_doubles(setup_.world, data_parallel_->local_grad_sum_of_squares(counted).to_wire(),
                                          comm::ReduceOp::kSum))
                           .to_double())
-          : optim::global_grad_norm(model_.params(), across_stages, counted, setup_.context);
+          : global_norm_without_dp(counted);
   result_.lr = lr_schedule_.lr_at(step_);
   // A NaN or an infinity anywhere would reach every weight through the update (and a checkpoint after it): the
   // step is skipped instead. The norm is the same reduced value on every rank, so they all skip.
@@ -104,11 +101,19 @@ void StepTail::optimizer_step() {
   const double max_norm = setup_.config.optimizer.grad_clip;
   if (max_norm > 0) {
     if (data_parallel_) data_parallel_->clip(max_norm, result_.grad_norm);
-    else optim::clip_grads(model_.params(), max_norm, result_.grad_norm, setup_.context);
+    else optim::clip_unique_grads(unique_params_, max_norm, result_.grad_norm, setup_.context, grad_list_);
   }
   if (optimizer_) optimizer_->step(result_.lr);
   else data_parallel_->sharded_step(result_.lr);  // ZeRO-3 refreshes its working shards itself
   if (parameter_shards() == nullptr) layers::refresh_working_copies(model_.params(), setup_.context);
+}
+
+double StepTail::global_norm_without_dp(const optim::ParamFilter& counted) {
+  const kernels::ExactSquareSum local =
+      optim::unique_grad_sum_of_squares(unique_params_, counted, setup_.context, grad_list_);
+  return std::sqrt(kernels::ExactSquareSum::from_wire(
+                       reduce_doubles(*setup_.model_parallel, local.to_wire(), comm::ReduceOp::kSum))
+                       .to_double());
 }
 
 std::int64_t StepTail::optimizer_steps_done() const {

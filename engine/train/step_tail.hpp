@@ -66,6 +66,9 @@ class StepTail {
 
  private:
   void finish_gradient_reduction();
+  // Without dp: the exact sum over this rank's gradients, summed over the model-parallel ranks (tp and pp hold
+  // different parameters): optim::global_grad_norm's value, with this tail's lists.
+  double global_norm_without_dp(const optim::ParamFilter& counted);
 
   RankSetup& setup_;
   RankModel& model_;
@@ -76,6 +79,8 @@ class StepTail {
   int stages_reduced_ = 0;
   bool reduced_ = false;
   StepTailResult result_;
+  optim::ParamList unique_params_;  // model_.params(), each once (without dp: the norm and clipping walk it)
+  std::vector<Tensor> grad_list_;   // their tensor list, kept between steps (empty)
 };
 
 }  // namespace cleave::train

@@ -11,8 +11,10 @@
 // the position embeddings (learned and rotary) and the data sharding read.
 #pragma once
 
+#include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
-#include <vector>
 
 namespace cleave::layers {
 
@@ -24,6 +26,26 @@ struct CpSegment {
   std::int64_t global_begin = 0;
   std::int64_t length = 0;
   friend bool operator==(const CpSegment&, const CpSegment&) = default;
+};
+
+// A rank's runs: at most two (ring: its two chunks), held in place so asking costs no allocation (the position
+// embeddings ask per layer call).
+class CpSegments {
+ public:
+  static constexpr std::size_t kMax = 2;
+  void push_back(const CpSegment& s);
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const CpSegment& operator[](std::size_t i) const { return runs_[i]; }
+  const CpSegment* begin() const { return runs_.data(); }
+  const CpSegment* end() const { return runs_.data() + size_; }
+  friend bool operator==(const CpSegments& a, const CpSegments& b) {
+    return a.size_ == b.size_ && std::equal(a.begin(), a.end(), b.begin());
+  }
+
+ private:
+  std::array<CpSegment, kMax> runs_{};
+  std::size_t size_ = 0;
 };
 
 struct CpLayout {
@@ -38,10 +60,10 @@ struct CpLayout {
   int chunk_index(int k, int of_rank) const;
   // The runs of global positions of local tokens [first, first + count) of a rank holding `local_tokens`
   // tokens per sample (T / size). With size 1: one run starting at `first`.
-  std::vector<CpSegment> segments(std::int64_t local_tokens, std::int64_t first, std::int64_t count) const;
-  std::vector<CpSegment> segments(std::int64_t local_tokens) const { return segments(local_tokens, 0, local_tokens); }
+  CpSegments segments(std::int64_t local_tokens, std::int64_t first, std::int64_t count) const;
+  CpSegments segments(std::int64_t local_tokens) const { return segments(local_tokens, 0, local_tokens); }
   // The same for another rank of the group (the data sharding and the ring's block masks ask for peers).
-  std::vector<CpSegment> segments_of(int of_rank, std::int64_t local_tokens) const;
+  CpSegments segments_of(int of_rank, std::int64_t local_tokens) const;
 };
 
 }  // namespace cleave::layers

@@ -11,7 +11,7 @@ template <typename Op>
 void over_runs(const Context& ctx, const Tensor& x, const Tensor& table, std::int64_t local_tokens, std::int64_t first,
                Op op) {
   const std::int64_t b = x.dim(0), n = x.dim(1);
-  const std::vector<CpSegment> runs = ctx.cp.segments(local_tokens, first, n);
+  const CpSegments runs = ctx.cp.segments(local_tokens, first, n);
   if (runs.size() == 1) {
     op(ctx, x, table.slice(runs[0].global_begin, runs[0].global_begin + n));
     return;

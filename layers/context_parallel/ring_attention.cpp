@@ -84,17 +84,21 @@ KvBlocks empty_like(const Context& ctx, const KvBlocks& like) {
   return out;
 }
 
+// The four blocks a rotation moves: k and v of both chunks.
+using FlatBlocks = std::array<Tensor, 2 * kChunks>;
+FlatBlocks flat(const KvBlocks& kv) { return {kv.k[0], kv.k[1], kv.v[0], kv.v[1]}; }
+
 // Posts this rank's `send` to rank + 1 and the receive of rank - 1's into `recv`; returns the Work.
-comm::WorkPtr rotate(Context& ctx, const std::vector<Tensor>& send, const std::vector<Tensor>& recv) {
+comm::WorkPtr rotate(Context& ctx, const FlatBlocks& send, const FlatBlocks& recv) {
   const CommWaitTimer timer(ctx, CommKind::kContextParallel);  // the posting
   const int cp = ctx.cp.size, next = (ctx.cp.rank + 1) % cp, prev = (ctx.cp.rank + cp - 1) % cp;
-  std::vector<comm::P2POp> ops;
-  for (std::size_t i = 0; i < recv.size(); ++i) ops.push_back(comm::P2POp::recv(recv[i], prev, static_cast<int>(i)));
-  for (std::size_t i = 0; i < send.size(); ++i) ops.push_back(comm::P2POp::send(send[i], next, static_cast<int>(i)));
-  return ctx.cp_comm->batch_p2p(std::move(ops), *ctx.stream);
+  std::array<comm::P2POp, 2 * (2 * kChunks)> ops;  // in place: a rotation allocates nothing
+  for (std::size_t i = 0; i < recv.size(); ++i) ops[i] = comm::P2POp::recv(recv[i], prev, static_cast<int>(i));
+  for (std::size_t i = 0; i < send.size(); ++i) {
+    ops[recv.size() + i] = comm::P2POp::send(send[i], next, static_cast<int>(i));
+  }
+  return ctx.cp_comm->batch_p2p(std::span<const comm::P2POp>(ops), *ctx.stream);
 }
-
-std::vector<Tensor> flat(const KvBlocks& kv) { return {kv.k[0], kv.k[1], kv.v[0], kv.v[1]}; }
 
 // x in `dtype`: x itself when it already is (an fp32 run makes no copy), else a converted copy in `category`.
 Tensor converted(const Context& ctx, const Tensor& x, DType dtype, MemoryCategory category) {

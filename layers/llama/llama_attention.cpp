@@ -50,7 +50,7 @@ namespace {
 // is x narrowed to that sample's run. `b` samples of `t` local tokens.
 template <typename Apply>
 void over_position_runs(const Context& ctx, std::int64_t b, std::int64_t t, ops::RopeParams rope, Apply apply) {
-  const std::vector<CpSegment> runs = ctx.cp.segments(t);
+  const CpSegments runs = ctx.cp.segments(t);
   if (runs.size() == 1) {
     rope.position_offset = runs[0].global_begin;
     apply(rope, [](const Tensor& x) { return x; });

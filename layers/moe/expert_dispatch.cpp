@@ -1,6 +1,7 @@
 // Expert parallelism's dispatch and combine (see expert_dispatch.hpp).
 #include "layers/moe/expert_dispatch.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/comm/communicator.hpp"
@@ -72,12 +73,14 @@ DispatchPlan plan_dispatch(std::span<const std::int64_t> counts, Context& ctx) {
 }
 
 Tensor plan_to_tensor(const DispatchPlan& plan) {
-  std::vector<std::int64_t> v = {plan.ep_size, plan.ep_rank, plan.local_experts};
-  v.insert(v.end(), plan.send_rows.begin(), plan.send_rows.end());
-  v.insert(v.end(), plan.recv_counts.begin(), plan.recv_counts.end());
-  Tensor t = Tensor::empty({static_cast<std::int64_t>(v.size())}, DType::kI64, MemoryCategory::kActivations,
-                           cpu_allocator());
-  std::memcpy(t.raw_data(), v.data(), v.size() * sizeof(std::int64_t));
+  const auto n = static_cast<std::int64_t>(3 + plan.send_rows.size() + plan.recv_counts.size());
+  Tensor t = Tensor::empty({n}, DType::kI64, MemoryCategory::kActivations, cpu_allocator());
+  auto* v = t.data<std::int64_t>();  // written in place: no list of its own per micro-batch
+  v[0] = plan.ep_size;
+  v[1] = plan.ep_rank;
+  v[2] = plan.local_experts;
+  std::copy(plan.send_rows.begin(), plan.send_rows.end(), v + 3);
+  std::copy(plan.recv_counts.begin(), plan.recv_counts.end(), v + 3 + plan.send_rows.size());
   return t;
 }
 

@@ -29,6 +29,8 @@ std::atomic<bool> g_armed{false};
 std::atomic<std::int64_t> g_counts[kOwners];
 std::atomic<std::int64_t> g_trace_left{0};
 thread_local bool t_inside = false;
+std::atomic<EngineObserver> g_observer{nullptr};
+std::atomic<void*> g_observer_context{nullptr};
 
 // Return address -> class, open addressing; a full table just stops remembering.
 constexpr std::size_t kSlots = 1 << 16;
@@ -150,7 +152,10 @@ void count(std::size_t bytes) {
   const int n = backtrace(frames, 64);
   const Owner owner = owner_of(frames, n);
   g_counts[owner].fetch_add(1, std::memory_order_relaxed);
-  if (owner == kEngine) count_site(frames, n);
+  if (owner == kEngine) {
+    count_site(frames, n);
+    if (const EngineObserver observer = g_observer.load()) observer(g_observer_context.load(), frames, n);
+  }
   if (owner != kOneDnnExecute && owner != kMpi && g_trace_left.fetch_sub(1, std::memory_order_relaxed) > 0) {
     char line[64];
     const int len = std::snprintf(line, sizeof line, "--- allocation of %zu bytes\n", bytes);
@@ -217,6 +222,11 @@ Counts stop() {
   g_armed.store(false);
   return Counts{g_counts[kKernels].load(), g_counts[kEngine].load(), g_counts[kUnnamed].load(),
                 g_counts[kOneDnnExecute].load(), g_counts[kMpi].load()};
+}
+
+void observe_engine(EngineObserver observer, void* context) {
+  g_observer_context.store(context);
+  g_observer.store(observer);
 }
 
 }  // namespace cleave::testing::heap

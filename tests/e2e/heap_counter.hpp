@@ -54,4 +54,10 @@ Counts stop();
 // The engine's allocations (Counts::engine) of the last stretch by site, the largest first. Call after stop().
 std::vector<Site> sites();
 
+// Optional finer owners (the multi-rank test's areas, steady_state_heap_mpi_test.cpp): while set, `observer` is called
+// with `context` and the call stack of each counted allocation charged to the engine (kEngine), inside the counter's
+// guard. It must not allocate (dladdr and fixed tables only). Set it before start(); nullptr clears it.
+using EngineObserver = void (*)(void* context, void* const* frames, int n);
+void observe_engine(EngineObserver observer, void* context);
+
 }  // namespace cleave::testing::heap

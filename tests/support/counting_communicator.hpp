@@ -76,8 +76,8 @@ class CountingCommunicator final : public comm::Communicator {
     return inner_->broadcast(tensor, root, stream);
   }
   comm::WorkPtr barrier_impl(const Stream& stream) override { return inner_->barrier(stream); }
-  comm::WorkPtr batch_p2p_impl(std::vector<comm::P2POp> ops, const Stream& stream) override {
-    return inner_->batch_p2p(std::move(ops), stream);
+  comm::WorkPtr batch_p2p_impl(std::span<const comm::P2POp> ops, const Stream& stream) override {
+    return inner_->batch_p2p(ops, stream);
   }
 
  private:

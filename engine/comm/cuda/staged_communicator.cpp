@@ -93,7 +93,7 @@ WorkPtr StagedCommunicator::barrier_impl(const Stream& stream) {
   return inner_->barrier(cpu_stream());
 }
 
-WorkPtr StagedCommunicator::batch_p2p_impl(std::vector<P2POp> ops, const Stream& stream) {
+WorkPtr StagedCommunicator::batch_p2p_impl(std::span<const P2POp> ops, const Stream& stream) {
   // ops: receives first, no empty tensors, peers and tags checked (Communicator::batch_p2p).
   const P2POp* first_cuda = nullptr;
   bool device_sends = false;
@@ -115,7 +115,7 @@ WorkPtr StagedCommunicator::batch_p2p_impl(std::vector<P2POp> ops, const Stream&
   }
   if (first_cuda == nullptr) {
     detail::host_wait(stream, host_waits_);
-    return inner_->batch_p2p(std::move(ops), cpu_stream());
+    return inner_->batch_p2p(ops, cpu_stream());
   }
   const Device device = first_cuda->tensor.device();
   const Stream order = device_stream(device, stream, "batch_p2p");
@@ -124,9 +124,9 @@ WorkPtr StagedCommunicator::batch_p2p_impl(std::vector<P2POp> ops, const Stream&
   staged.device = device.index;
   std::vector<P2POp> host_ops;
   host_ops.reserve(ops.size());
-  for (P2POp& op : ops) {
+  for (const P2POp& op : ops) {
     if (op.tensor.device().is_cpu()) {
-      host_ops.push_back(std::move(op));
+      host_ops.push_back(op);
       continue;
     }
     Tensor host = pinned_like(op.tensor);

@@ -81,7 +81,7 @@ class StagedCommunicator final : public Communicator {
   WorkPtr broadcast_impl(const Tensor& tensor, int root, const Stream& stream) override;
   // The host waits for a CUDA `stream` first (as NCCL orders its barrier after the stream's work).
   WorkPtr barrier_impl(const Stream& stream) override;
-  WorkPtr batch_p2p_impl(std::vector<P2POp> ops, const Stream& stream) override;
+  WorkPtr batch_p2p_impl(std::span<const P2POp> ops, const Stream& stream) override;
 
  private:
   StagedCommunicator(std::shared_ptr<Communicator> inner, std::shared_ptr<detail::StagingResources> resources);

@@ -42,34 +42,37 @@ void post_rank_ordered_all_reduce(const std::shared_ptr<MpiCommState>& state, Mp
   for (int q = 0; q < n; ++q) {
     if (q == r) continue;
     work.post_p2p(false, detail::bytes(staging) + static_cast<std::size_t>(q * mine) * elem, mine, dtype, q,
-                  s.tag(seq, 0), s.internal, detail::phase_label(s, false, q, 0));
+                  s.tag(seq, 0), s.internal, detail::phase_label(false, q, 0));
   }
   for (int q = 0; q < n; ++q) {
     if (q == r) continue;
     const std::int64_t b = detail::block_begin(count, n, q);
     work.post_p2p(true, data + static_cast<std::size_t>(b) * elem, detail::block_begin(count, n, q + 1) - b, dtype,
-                  q, s.tag(seq, 0), s.internal, detail::phase_label(s, true, q, 0));
+                  q, s.tag(seq, 0), s.internal, detail::phase_label(true, q, 0));
   }
-  work.then([state, staging, data, dtype, op, count, mine, mine_begin, seq, elem](MpiWork& w) {
-    const MpiCommState& st = *state;
-    std::vector<const void*> slots(static_cast<std::size_t>(st.size));
-    char* own = data + static_cast<std::size_t>(mine_begin) * elem;
-    for (int q = 0; q < st.size; ++q) {
-      slots[static_cast<std::size_t>(q)] =
-          q == st.rank ? own : detail::bytes(staging) + static_cast<std::size_t>(q * mine) * elem;
-    }
-    ordered_reduce(dtype, op, slots, own, mine);
-    for (int q = 0; q < st.size; ++q) {
-      if (q == st.rank) continue;
-      const std::int64_t b = detail::block_begin(count, st.size, q);
-      w.post_p2p(false, data + static_cast<std::size_t>(b) * elem, detail::block_begin(count, st.size, q + 1) - b,
-                 dtype, q, st.tag(seq, 1), st.internal, detail::phase_label(st, false, q, 1));
-    }
-    for (int q = 0; q < st.size; ++q) {
-      if (q == st.rank) continue;
-      w.post_p2p(true, own, mine, dtype, q, st.tag(seq, 1), st.internal, detail::phase_label(st, true, q, 1));
-    }
-  });
+  work.then(
+      [](MpiWork& w, const detail::ContinuationArgs& a) {
+        MpiCommState& st = w.state();
+        char* own = a.data + static_cast<std::size_t>(a.mine_begin) * a.elem;
+        for (int q = 0; q < st.size; ++q) {
+          st.reduce_slots[static_cast<std::size_t>(q)] =
+              q == st.rank ? own : detail::bytes(a.staging) + static_cast<std::size_t>(q * a.mine) * a.elem;
+        }
+        ordered_reduce(a.dtype, a.op, st.reduce_slots, own, a.mine);
+        for (int q = 0; q < st.size; ++q) {
+          if (q == st.rank) continue;
+          const std::int64_t b = detail::block_begin(a.count, st.size, q);
+          w.post_p2p(false, a.data + static_cast<std::size_t>(b) * a.elem,
+                     detail::block_begin(a.count, st.size, q + 1) - b, a.dtype, q, st.tag(a.seq, 1), st.internal,
+                     detail::phase_label(false, q, 1));
+        }
+        for (int q = 0; q < st.size; ++q) {
+          if (q == st.rank) continue;
+          w.post_p2p(true, own, a.mine, a.dtype, q, st.tag(a.seq, 1), st.internal, detail::phase_label(true, q, 1));
+        }
+      },
+      {.staging = staging, .data = data, .dtype = dtype, .op = op, .count = count, .mine = mine,
+       .mine_begin = mine_begin, .seq = seq, .elem = elem});
 }
 
 // Integer types: MPI's own reduction, in place, in pieces of at most max_message_elements.
@@ -92,8 +95,8 @@ void post_native_all_reduce(const MpiCommState& s, MpiWork& work, const Tensor& 
 WorkPtr MpiCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, const Stream& stream) {
   (void)stream;
   check_cpu(tensor, "all_reduce");
-  auto work = std::make_unique<MpiWork>(state_, "all_reduce",
-                                        fmt::format("{}, {}", detail::describe(tensor), reduce_op_name(op)));
+  auto work = MpiWork::take(state_, "all_reduce");
+  work->details("{} {}, {}", tensor.numel(), dtype_name(tensor.dtype()), reduce_op_name(op));
   work->keep(tensor);
   if (detail::rank_ordered(tensor.dtype())) post_rank_ordered_all_reduce(state_, *work, tensor, op);
   else post_native_all_reduce(*state_, *work, tensor, op);
@@ -109,8 +112,8 @@ WorkPtr MpiCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor& 
   const DType dtype = input.dtype();
   const std::int64_t count = output.numel();  // per rank
   const std::size_t elem = dtype_size(dtype);
-  auto work = std::make_unique<MpiWork>(
-      state_, "reduce_scatter", fmt::format("{} per rank, {}", detail::describe(output), reduce_op_name(op)));
+  auto work = MpiWork::take(state_, "reduce_scatter");
+  work->details("{} {} per rank, {}", output.numel(), dtype_name(output.dtype()), reduce_op_name(op));
   work->keep(input);
   work->keep(output);
 
@@ -124,21 +127,25 @@ WorkPtr MpiCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor& 
     for (int q = 0; q < n; ++q) {
       if (q == r) continue;
       work->post_p2p(false, detail::bytes(staging) + static_cast<std::size_t>(q * count) * elem, count, dtype, q,
-                     s.tag(seq, 0), s.internal, detail::phase_label(s, false, q, 0));
+                     s.tag(seq, 0), s.internal, detail::phase_label(false, q, 0));
     }
     for (int q = 0; q < n; ++q) {
       if (q == r) continue;
       work->post_p2p(true, detail::bytes(input) + static_cast<std::size_t>(q * count) * elem, count, dtype, q,
-                     s.tag(seq, 0), s.internal, detail::phase_label(s, true, q, 0));
+                     s.tag(seq, 0), s.internal, detail::phase_label(true, q, 0));
     }
-    work->then([state = state_, input, output, staging, dtype, op, count, elem](MpiWork&) {
-      std::vector<const void*> slots(static_cast<std::size_t>(state->size));
-      for (int q = 0; q < state->size; ++q) {
-        const Tensor& from = q == state->rank ? input : staging;
-        slots[static_cast<std::size_t>(q)] = detail::bytes(from) + static_cast<std::size_t>(q * count) * elem;
-      }
-      ordered_reduce(dtype, op, slots, output.raw_data(), count);
-    });
+    work->then(
+        [](MpiWork& w, const detail::ContinuationArgs& a) {
+          MpiCommState& st = w.state();
+          for (int q = 0; q < st.size; ++q) {
+            const Tensor& from = q == st.rank ? a.input : a.staging;
+            st.reduce_slots[static_cast<std::size_t>(q)] =
+                detail::bytes(from) + static_cast<std::size_t>(q * a.count) * a.elem;
+          }
+          ordered_reduce(a.dtype, a.op, st.reduce_slots, a.output.raw_data(), a.count);
+        },
+        {.input = input, .output = output, .staging = staging, .dtype = dtype, .op = op, .count = count,
+         .elem = elem});
     return work;
   }
 
@@ -156,7 +163,9 @@ WorkPtr MpiCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor& 
                                              detail::mpi_type(dtype), detail::mpi_op(op), s.comm, &request));
   work->add(request);
   if (in_place) {
-    work->then([target, output](MpiWork&) { std::memcpy(output.raw_data(), target.raw_data(), output.nbytes()); });
+    work->then([](MpiWork&, const detail::ContinuationArgs& a) {
+      std::memcpy(a.output.raw_data(), a.staging.raw_data(), a.output.nbytes());
+    }, {.output = output, .staging = target});
   }
   return work;
 }
@@ -168,7 +177,8 @@ WorkPtr MpiCommunicator::all_gather_impl(const Tensor& input, const Tensor& outp
   MpiCommState& s = *state_;
   const std::int64_t count = input.numel();
   const std::size_t elem = dtype_size(input.dtype());
-  auto work = std::make_unique<MpiWork>(state_, "all_gather", fmt::format("{} per rank", detail::describe(input)));
+  auto work = MpiWork::take(state_, "all_gather");
+  work->details("{} {} per rank", input.numel(), dtype_name(input.dtype()));
   work->keep(input);
   work->keep(output);
   // Point-to-point, every rank's block straight to every other rank (the same bytes per rank as a ring, cut into
@@ -184,12 +194,12 @@ WorkPtr MpiCommunicator::all_gather_impl(const Tensor& input, const Tensor& outp
   for (int q = 0; q < s.size; ++q) {
     if (q == s.rank) continue;
     work->post_p2p(false, detail::bytes(output) + static_cast<std::size_t>(q * count) * elem, count, input.dtype(), q,
-                   s.tag(seq, 0), s.internal, detail::peer_label(s, false, q, s.tag(seq, 0)));
+                   s.tag(seq, 0), s.internal, detail::peer_label(false, q, s.tag(seq, 0)));
   }
   for (int q = 0; q < s.size; ++q) {
     if (q == s.rank) continue;
     work->post_p2p(true, own, count, input.dtype(), q, s.tag(seq, 0), s.internal,
-                   detail::peer_label(s, true, q, s.tag(seq, 0)));
+                   detail::peer_label(true, q, s.tag(seq, 0)));
   }
   return work;
 }
@@ -198,8 +208,8 @@ WorkPtr MpiCommunicator::broadcast_impl(const Tensor& tensor, int root, const St
   (void)stream;
   check_cpu(tensor, "broadcast");
   MpiCommState& s = *state_;
-  auto work = std::make_unique<MpiWork>(state_, "broadcast",
-                                        fmt::format("{}, root rank {}", detail::describe(tensor), root));
+  auto work = MpiWork::take(state_, "broadcast");
+  work->details("{} {}, root rank {}", tensor.numel(), dtype_name(tensor.dtype()), root);
   work->keep(tensor);
   const std::int64_t count = tensor.numel();
   const std::int64_t piece = s.options.max_message_elements;

@@ -68,8 +68,9 @@ void MpiCommunicator::check_cpu(const Tensor& t, std::string_view op) const {
                where(op), t.device().str());
 }
 
-void MpiCommunicator::guarded_barrier(std::string_view op) const {
-  auto work = std::make_unique<MpiWork>(state_, std::string(op), "barrier before a blocking MPI call");
+void MpiCommunicator::guarded_barrier(const char* op) const {
+  auto work = MpiWork::take(state_, op);
+  work->details("barrier before a blocking MPI call");
   MPI_Request request = MPI_REQUEST_NULL;
   CLEAVE_MPI_CHECK(MPI_Ibarrier(state_->comm, &request));
   work->add(request);
@@ -100,27 +101,27 @@ std::unique_ptr<Communicator> MpiCommunicator::split_impl(int color, int key, st
 
 WorkPtr MpiCommunicator::barrier_impl(const Stream& stream) {
   (void)stream;
-  auto work = std::make_unique<MpiWork>(state_, "barrier", "");
+  auto work = MpiWork::take(state_, "barrier");
   MPI_Request request = MPI_REQUEST_NULL;
   CLEAVE_MPI_CHECK(MPI_Ibarrier(state_->comm, &request));
   work->add(request);
   return work;
 }
 
-WorkPtr MpiCommunicator::batch_p2p_impl(std::vector<P2POp> ops, const Stream& stream) {
+WorkPtr MpiCommunicator::batch_p2p_impl(std::span<const P2POp> ops, const Stream& stream) {
   (void)stream;
   MpiCommState& s = *state_;
-  std::string details;
   for (const P2POp& op : ops) {
     check_cpu(op.tensor, "batch_p2p");
     CLEAVE_CHECK(op.tag <= s.tag_ub, "{}: tag {} exceeds MPI_TAG_UB {}", where("batch_p2p"), op.tag, s.tag_ub);
   }
-  auto work = std::make_unique<MpiWork>(state_, "batch_p2p", fmt::format("{} ops", ops.size()));
+  auto work = MpiWork::take(state_, "batch_p2p");
+  work->details("{} ops", ops.size());
   for (const P2POp& op : ops) {
     const bool send = op.kind == P2PKind::kSend;
     work->keep(op.tensor);
     work->post_p2p(send, detail::bytes(op.tensor), op.tensor.numel(), op.tensor.dtype(), op.peer, op.tag, s.comm,
-                   detail::peer_label(s, send, op.peer, op.tag) + " (" + detail::describe(op.tensor) + ")");
+                   detail::peer_label(send, op.peer, op.tag, op.tensor));
   }
   return work;
 }

@@ -94,7 +94,7 @@ class MpiCommunicator final : public Communicator {
 
   // Blocking, with the watchdog: MPI_Ibarrier polled to completion. Used before blocking MPI calls
   // (MPI_Comm_split, MPI_Comm_dup) so a missing peer ends in a timeout, not a hang.
-  void guarded_barrier(std::string_view op) const;
+  void guarded_barrier(const char* op) const;
 
   [[noreturn]] void abort(const std::string& reason) override;
 
@@ -106,7 +106,7 @@ class MpiCommunicator final : public Communicator {
   WorkPtr all_gather_impl(const Tensor& input, const Tensor& output, const Stream& stream) override;
   WorkPtr broadcast_impl(const Tensor& tensor, int root, const Stream& stream) override;
   WorkPtr barrier_impl(const Stream& stream) override;
-  WorkPtr batch_p2p_impl(std::vector<P2POp> ops, const Stream& stream) override;
+  WorkPtr batch_p2p_impl(std::span<const P2POp> ops, const Stream& stream) override;
 
  private:
   explicit MpiCommunicator(std::shared_ptr<detail::MpiCommState> state);

@@ -62,7 +62,18 @@ std::shared_ptr<MpiCommState> make_state(MPI_Comm owned, const MpiOptions& optio
   state->probe_ranks = translate_ranks(state->comm, state->probe->comm());
   state->progress = std::move(progress);
   state->single_copy = single_copy_transport([](const char* variable) { return std::getenv(variable); });
+  state->world_ranks_text = format_ranks(state->world_ranks);
+  state->reduce_slots.resize(static_cast<std::size_t>(state->size));
   return state;
+}
+
+MpiCommState::~MpiCommState() {
+  idle_works.clear();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (internal != MPI_COMM_NULL) MPI_Comm_free(&internal);
+  if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
 }
 
 MPI_Datatype mpi_type(DType dtype) {
@@ -77,7 +88,24 @@ MPI_Datatype mpi_type(DType dtype) {
   return MPI_DATATYPE_NULL;
 }
 
-MpiWork::~MpiWork() {
+MpiWork::Ptr MpiWork::take(const std::shared_ptr<MpiCommState>& state, const char* op) {
+  std::unique_ptr<MpiWork> work;
+  if (state->idle_works.empty()) {
+    work.reset(new MpiWork());
+  } else {
+    work = std::move(state->idle_works.back());
+    state->idle_works.pop_back();
+  }
+  work->state_ = state;
+  work->op_ = op;
+  work->done_ = false;
+  work->ticket_.start(state->progress.get());
+  return Ptr(work.release());
+}
+
+MpiWork::~MpiWork() { finish_before_release(); }
+
+void MpiWork::finish_before_release() noexcept {
   if (done_ || failed_) return;
   try {
     wait();
@@ -87,8 +115,25 @@ MpiWork::~MpiWork() {
   }
 }
 
+void MpiWork::recycle() noexcept {
+  finish_before_release();
+  ticket_.release();
+  details_.clear();
+  requests_.clear();
+  labels_.clear();
+  keep_.clear();
+  next_ = nullptr;
+  args_ = ContinuationArgs{};
+  completed_ = 0;
+  done_ = true;
+  failed_ = false;
+  // The state may go with this last reference, and this Work with its pool: nothing of *this is touched after.
+  const std::shared_ptr<MpiCommState> state = std::move(state_);
+  state->idle_works.push_back(std::unique_ptr<MpiWork>(this));
+}
+
 void MpiWork::post_p2p(bool send, char* data, std::int64_t count, DType dtype, int peer, int tag, MPI_Comm comm,
-                       const std::string& label) {
+                       const RequestLabel& label) {
   const std::size_t elem = dtype_size(dtype);
   const std::int64_t piece =
       std::min(state_->options.max_message_elements, static_cast<std::int64_t>(kProgressPieceBytes / elem));
@@ -120,10 +165,10 @@ bool MpiWork::test() {
       if (!complete) return false;
       requests_.clear();
       labels_.clear();
-      if (!next_) break;
-      auto next = std::move(next_);
+      if (next_ == nullptr) break;
+      const Continuation next = next_;
       next_ = nullptr;
-      next(*this);
+      next(*this, args_);
       ++completed_;
     }
   } catch (...) {
@@ -134,6 +179,7 @@ bool MpiWork::test() {
   done_ = true;
   ticket_.release();
   keep_.clear();
+  args_ = ContinuationArgs{};
   return true;
 }
 
@@ -147,7 +193,17 @@ void MpiWork::wait() {
     if (backoff.slow_tick()) {
       state_->probe->serve();
       if (!notice.published() && backoff.elapsed_s() * 1e3 > static_cast<double>(kPublishAfter.count())) {
-        notice.publish(describe_wait());
+        FixedText<1024> line;  // the notice's own buffer holds 1 KiB
+        int rank = 0;
+        int size = 1;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        line.append("[rank {}/{}] terminated by SIGTERM (the launcher is ending the job; another rank failed?) "
+                    "while waiting in {} on comm '{}' = world ranks {} (",
+                    rank, size, op_, state_->name, state_->world_ranks_text);
+        pending_details(line);
+        line.append(")");
+        notice.publish(line.view());
       }
       if (backoff.elapsed_s() > state_->options.timeout_s) expire(backoff.elapsed_s());
     }
@@ -155,47 +211,43 @@ void MpiWork::wait() {
   }
 }
 
-std::string MpiWork::describe_wait() const {
-  int rank = 0;
-  int size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return fmt::format("[rank {}/{}] terminated by SIGTERM (the launcher is ending the job; another rank failed?) "
-                     "while waiting in {} on comm '{}' = world ranks {} ({})",
-                     rank, size, op_, state_->name, format_ranks(state_->world_ranks), pending_details());
+namespace {
+
+template <std::size_t N>
+void format_label(FixedText<N>& out, const MpiCommState& s, const RequestLabel& label) {
+  const char* verb = label.send ? "send to" : "recv from";
+  const int world = s.world_ranks[static_cast<std::size_t>(label.peer)];
+  if (label.kind == RequestLabel::Kind::kPhase) {
+    out.append("{} rank {} (world {}) in phase {} of the rank-ordered reduction", verb, label.peer, world, label.tag);
+    return;
+  }
+  out.append("{} rank {} (world {}) tag {}", verb, label.peer, world, label.tag);
+  if (label.numel >= 0) out.append(" ({} {})", label.numel, dtype_name(label.dtype));
 }
 
-std::string MpiWork::pending_details() const {
-  std::vector<std::string> pending;
+}  // namespace
+
+template <std::size_t N>
+void MpiWork::pending_details(FixedText<N>& out) const {
+  out.append("{}", details_.view());
+  bool first = true;
   for (std::size_t i = 0; i < requests_.size(); ++i) {
-    if (requests_[i] != MPI_REQUEST_NULL && !labels_[i].empty() &&
-        std::find(pending.begin(), pending.end(), labels_[i]) == pending.end()) {
-      pending.push_back(labels_[i]);
-    }
+    if (requests_[i] == MPI_REQUEST_NULL || labels_[i].kind == RequestLabel::Kind::kNone) continue;
+    bool seen = false;  // each label once (a message cut into pieces has one label per piece)
+    for (std::size_t j = 0; j < i && !seen; ++j) seen = requests_[j] != MPI_REQUEST_NULL && labels_[j] == labels_[i];
+    if (seen) continue;
+    out.append("{}", first ? "; pending: " : ", ");
+    format_label(out, *state_, labels_[i]);
+    first = false;
   }
-  std::string details = details_;
-  if (!pending.empty()) {
-    details += "; pending:";
-    for (const auto& p : pending) details += " " + p + ",";
-    details.pop_back();
-  }
-  return details;
 }
 
 void MpiWork::expire(double elapsed_s) {
-  TimeoutContext context{op_, state_->name, state_->world_ranks, state_->probe_ranks, pending_details(),
+  FixedText<4096> details;
+  pending_details(details);
+  TimeoutContext context{op_, state_->name, state_->world_ranks, state_->probe_ranks, std::string(details.view()),
                          state_->options.timeout_s};
   watchdog_expire(*state_->probe, context, elapsed_s);
-}
-
-std::string peer_label(const MpiCommState& s, bool send, int peer, int tag) {
-  return fmt::format("{} {} rank {} (world {}) tag {}", send ? "send" : "recv", send ? "to" : "from", peer,
-                     s.world_ranks[static_cast<std::size_t>(peer)], tag);
-}
-
-std::string phase_label(const MpiCommState& s, bool send, int peer, int phase) {
-  return fmt::format("{} {} rank {} (world {}) in phase {} of the rank-ordered reduction", send ? "send" : "recv",
-                     send ? "to" : "from", peer, s.world_ranks[static_cast<std::size_t>(peer)], phase);
 }
 
 }  // namespace cleave::comm::detail

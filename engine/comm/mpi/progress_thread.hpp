@@ -126,6 +126,12 @@ class ProgressTicket {
     if (thread_ != nullptr) thread_->work_finished();
     thread_ = nullptr;
   }
+  // Outstanding again (a reused Work's next op).
+  void start(ProgressThread* thread) {
+    release();
+    thread_ = thread;
+    if (thread_ != nullptr) thread_->work_started();
+  }
 
  private:
   ProgressThread* thread_ = nullptr;

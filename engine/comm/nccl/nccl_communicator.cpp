@@ -155,7 +155,7 @@ WorkPtr NcclCommunicator::barrier_impl(const Stream& stream) {
   return work;
 }
 
-WorkPtr NcclCommunicator::batch_p2p_impl(std::vector<P2POp> ops, const Stream& stream) {
+WorkPtr NcclCommunicator::batch_p2p_impl(std::span<const P2POp> ops, const Stream& stream) {
   state_->surface();
   for (const P2POp& op : ops) check_device(op.tensor, "batch_p2p");
   NcclCommState& s = *state_;

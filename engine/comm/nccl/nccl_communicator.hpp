@@ -102,7 +102,7 @@ class NcclCommunicator final : public Communicator {
   WorkPtr all_gather_impl(const Tensor& input, const Tensor& output, const Stream& stream) override;
   WorkPtr broadcast_impl(const Tensor& tensor, int root, const Stream& stream) override;
   WorkPtr barrier_impl(const Stream& stream) override;
-  WorkPtr batch_p2p_impl(std::vector<P2POp> ops, const Stream& stream) override;
+  WorkPtr batch_p2p_impl(std::span<const P2POp> ops, const Stream& stream) override;
 
  private:
   explicit NcclCommunicator(std::shared_ptr<detail::NcclCommState> state);

@@ -6,16 +6,14 @@
 // bf16 ones vectorised, benchmarks/peers/RESULTS-2026-11-28-e-cpu.md). The AVX2 and AVX-512 functions below
 // compile the same template for 8 and 16 lanes and are chosen at run time from the CPU. Every path performs the
 // same IEEE operations on each element, in the same order, without contraction into FMA (fp-contract=off), so all
-// paths give the same bits (KernelGelu.EveryIsaPathGivesTheSameBits). The bf16 paths convert in registers (below).
+// paths give the same bits (KernelGelu.EveryIsaPathGivesTheSameBits).
 #include "kernels/cpu/gelu.hpp"
 
 // Wide vectors never cross a call boundary here (the helpers are always_inline), so the ABI note GCC emits for
 // 32- and 64-byte vector arguments without AVX does not apply (before vec_math.hpp, where it is reported).
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-#include "engine/core/dtype.hpp"
 #include "engine/core/error.hpp"
-#include "kernels/cpu/bf16_vectors.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cpu/vec_math.hpp"
 #include "kernels/cpu/wide_vectors.hpp"
@@ -73,44 +71,6 @@ CLEAVE_GELU_PATHS(avx512, f32x16, 16, __attribute__((target("avx512f"), optimize
 #endif
 #undef CLEAVE_GELU_PATHS
 
-// bf16 in and out: each vector widened as it is loaded (exact) and narrowed as it is stored (float_to_bf16, as
-// cast_f32_to_bf16 does), so every element gets the f32 kernel's arithmetic on the widened value and the bits of the
-// chunked view (widen a chunk, run the f32 path, narrow it) without its two extra passes over the chunk.
-template <class F>
-[[gnu::always_inline]] inline void store_bf16(std::uint16_t* p, F v) {
-  using V = detail::IntVectors<static_cast<int64_t>(sizeof(F) / 4)>;
-  const auto half = detail::narrow_vec<typename V::U32, typename V::U16>(__builtin_bit_cast(typename V::U32, v));
-  __builtin_memcpy(p, &half, sizeof half);
-}
-
-#define CLEAVE_GELU_BF16_PATHS(suffix, F, lanes, ...)                                                           \
-  __VA_ARGS__ void forward_bf16_##suffix(const std::uint16_t* x, std::uint16_t* y, int64_t n) {                 \
-    const int64_t vectors = n / (lanes);                                                                        \
-    CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n),                                                  \
-                        store_bf16(y + v * (lanes), gelu_vec(detail::load_bf16<F>(x + v * (lanes))));)          \
-    for (int64_t i = vectors * (lanes); i < n; ++i) {                                                           \
-      y[i] = float_to_bf16(gelu_vec(broadcast<F>(bf16_to_float(x[i])))[0]);                                     \
-    }                                                                                                           \
-  }                                                                                                             \
-  __VA_ARGS__ void backward_bf16_##suffix(const std::uint16_t* x, const std::uint16_t* dy, std::uint16_t* dx,  \
-                                          int64_t n) {                                                          \
-    const int64_t vectors = n / (lanes);                                                                        \
-    CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n),                                                  \
-      store_bf16(dx + v * (lanes), gelu_grad_vec(detail::load_bf16<F>(x + v * (lanes)),                         \
-                                                 detail::load_bf16<F>(dy + v * (lanes))));)                     \
-    for (int64_t i = vectors * (lanes); i < n; ++i) {                                                           \
-      dx[i] = float_to_bf16(gelu_grad_vec(broadcast<F>(bf16_to_float(x[i])), broadcast<F>(bf16_to_float(dy[i])))[0]); \
-    }                                                                                                           \
-  }
-
-CLEAVE_GELU_BF16_PATHS(baseline, detail::f32xN, static_cast<int64_t>(sizeof(detail::f32xN) / 4),
-                       __attribute__((optimize("fp-contract=off"))))
-#if defined(__x86_64__)
-CLEAVE_GELU_BF16_PATHS(avx2, f32x8, 8, __attribute__((target("avx2"), optimize("fp-contract=off"))))
-CLEAVE_GELU_BF16_PATHS(avx512, f32x16, 16, __attribute__((target("avx512f"), optimize("fp-contract=off"))))
-#endif
-#undef CLEAVE_GELU_BF16_PATHS
-
 }  // namespace
 
 void gelu_forward_isa(VectorIsa isa, const float* x, float* y, int64_t n) {
@@ -123,26 +83,7 @@ void gelu_backward_isa(VectorIsa isa, const float* x, const float* dy, float* dx
   isa_path(isa, "gelu_backward", CLEAVE_ISA_PATHS(backward))(x, dy, dx, n);
 }
 
-void gelu_forward_bf16_isa(VectorIsa isa, const std::uint16_t* x, std::uint16_t* y, int64_t n) {
-  CLEAVE_ASSERT(n >= 0, "gelu_forward: negative size {}", n);
-  isa_path(isa, "gelu_forward", CLEAVE_ISA_PATHS(forward_bf16))(x, y, n);
-}
-
-void gelu_backward_bf16_isa(VectorIsa isa, const std::uint16_t* x, const std::uint16_t* dy, std::uint16_t* dx,
-                            int64_t n) {
-  CLEAVE_ASSERT(n >= 0, "gelu_backward: negative size {}", n);
-  isa_path(isa, "gelu_backward", CLEAVE_ISA_PATHS(backward_bf16))(x, dy, dx, n);
-}
-
 void gelu_forward(const float* x, float* y, int64_t n) { gelu_forward_isa(best_vector_isa(), x, y, n); }
-
-void gelu_forward(const std::uint16_t* x, std::uint16_t* y, int64_t n) {
-  gelu_forward_bf16_isa(best_vector_isa(), x, y, n);
-}
-
-void gelu_backward(const std::uint16_t* x, const std::uint16_t* dy, std::uint16_t* dx, int64_t n) {
-  gelu_backward_bf16_isa(best_vector_isa(), x, dy, dx, n);
-}
 
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
   gelu_backward_isa(best_vector_isa(), x, dy, dx, n);

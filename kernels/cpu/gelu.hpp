@@ -13,17 +13,8 @@ namespace cleave::kernels::cpu {
 void gelu_forward(const float* x, float* y, int64_t n);
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
 
-// bf16 in and out (bit patterns): each vector widened in registers, the f32 arithmetic above, narrowed to nearest
-// even (cast.hpp's rounding) as it is stored. The bits of widening the inputs, the f32 kernel and narrowing the
-// output; the same aliasing as the f32 kernels.
-void gelu_forward(const std::uint16_t* x, std::uint16_t* y, int64_t n);
-void gelu_backward(const std::uint16_t* x, const std::uint16_t* dy, std::uint16_t* dx, int64_t n);
-
 // One vector path (vector_isa.hpp); gelu_forward/backward run the widest. For tests and benchmarks.
 void gelu_forward_isa(VectorIsa isa, const float* x, float* y, int64_t n);
 void gelu_backward_isa(VectorIsa isa, const float* x, const float* dy, float* dx, int64_t n);
-void gelu_forward_bf16_isa(VectorIsa isa, const std::uint16_t* x, std::uint16_t* y, int64_t n);
-void gelu_backward_bf16_isa(VectorIsa isa, const std::uint16_t* x, const std::uint16_t* dy, std::uint16_t* dx,
-                            int64_t n);
 
 }  // namespace cleave::kernels::cpu

@@ -159,20 +159,8 @@ void unary_backward(const Context& ctx, const Tensor& x, const Tensor& dy, const
 
 }  // namespace
 
-// All-bf16 calls (mixed precision's activations) convert in the kernel's registers, without the chunked view's
-// passes; the same bits (kc::gelu_forward's bf16 overload).
-void gelu_forward(const Context& ctx, const Tensor& x, const Tensor& y) {
-  if (x.dtype() == DType::kBF16 && y.dtype() == DType::kBF16) {
-    kc::gelu_forward(bf16_data(x), bf16_data(y), x.numel());
-    return;
-  }
-  unary<kc::gelu_forward>(ctx, x, y);
-}
+void gelu_forward(const Context& ctx, const Tensor& x, const Tensor& y) { unary<kc::gelu_forward>(ctx, x, y); }
 void gelu_backward(const Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx) {
-  if (x.dtype() == DType::kBF16 && dy.dtype() == DType::kBF16 && dx.dtype() == DType::kBF16) {
-    kc::gelu_backward(bf16_data(x), bf16_data(dy), bf16_data(dx), x.numel());
-    return;
-  }
   unary_backward<kc::gelu_backward>(ctx, x, dy, dx);
 }
 void relu_forward(const Context& ctx, const Tensor& x, const Tensor& y) { unary<kc::relu_forward>(ctx, x, y); }

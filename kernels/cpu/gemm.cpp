@@ -145,30 +145,12 @@ void fill_bias(int64_t m, int64_t n, const float* bias, std::uint16_t* c, int64_
   for (int64_t i = 0; i < m; ++i) cast_f32_to_bf16(bias, c + i * ldc, n);
 }
 
-// C += bias in every row, one f32 add per element: bias_add_forward's arithmetic on this block of C.
-void add_bias_rows(int64_t m, int64_t n, const float* bias, float* c, int64_t ldc) {
-  for (int64_t i = 0; i < m; ++i) {
-    float* row = c + i * ldc;
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
-  }
-}
-
-// `bias` (n floats or null): with bf16 operands (alpha 1 and beta 0 only) it runs the library's bias-epilogue
-// kernel; with f32 ones it is added to C after the product (any alpha and beta), by the thread that computed the
-// block, while it is in cache: the bits of the product followed by bias_add_forward, without a pass of its own.
+// `bias` (n floats or null; only with bf16 operands, alpha 1 and beta 0) runs the library's bias-epilogue kernel.
 template <typename In, typename Out>
 void gemm_unchecked(Kernel<In, Out> kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                     const In* a, int64_t lda, const In* b, int64_t ldb, float beta, Out* c, int64_t ldc,
                     const float* bias = nullptr) {
   if (m == 0 || n == 0) return;
-  if constexpr (std::is_same_v<In, float> && std::is_same_v<Out, float>) {
-    if (bias != nullptr) {
-      gemm_unchecked(kernel, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-      add_bias_rows(m, n, bias, c, ldc);
-      return;
-    }
-  }
   if (bias != nullptr) {
     if (k == 0) return fill_bias(m, n, bias, c, ldc);
     if constexpr (std::is_same_v<In, std::uint16_t> && std::is_same_v<Out, float>) {
@@ -295,14 +277,13 @@ GemmSlicePlan gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n, int64_t
 }
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing, GemmLibrary library,
-          const float* bias) {
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing, GemmLibrary library) {
   check_gemm("gemm", trans_a, trans_b, m, n, k, lda, ldb, ldc);
   CLEAVE_ASSERT(m == 0 || n == 0 || c != nullptr, "gemm: null C for a {}x{} result", m, n);
   CLEAVE_ASSERT(m == 0 || n == 0 || k == 0 || (a != nullptr && b != nullptr), "gemm: null A or B");
   const F32Library lib = f32_library("gemm", library);
   gemm_threaded(lib.kernel, lib.threads_itself, SliceSide::kLonger, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
-                beta, c, ldc, slicing, bias);
+                beta, c, ldc, slicing);
 }
 
 void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

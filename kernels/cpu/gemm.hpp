@@ -93,12 +93,10 @@ GemmSlicePlan gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n, int64_t
                               SliceSide side = SliceSide::kLonger);
 
 // `library.backend` must be built (gemm_backend_built); an absent one throws Error naming it. oneDNN without
-// `library.onednn` is a caller's bug (InternalError naming OneDnnMatmuls). `bias` (n floats, or null) is added to
-// every row of C after the product, by the thread that computed that slice of C: bit for bit the product followed by
-// bias_add_forward (bias.hpp), without a pass (and an OpenMP team) of its own.
+// `library.onednn` is a caller's bug (InternalError naming OneDnnMatmuls).
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing = GemmSlicing::kPerThread,
-          GemmLibrary library = {}, const float* bias = nullptr);
+          GemmLibrary library = {});
 
 // `batch` independent GEMMs; matrix i of A starts at a + i*stride_a (likewise B, C). Strides are in
 // floats; a stride of 0 broadcasts one A or B to every batch entry. The C matrices must not share an

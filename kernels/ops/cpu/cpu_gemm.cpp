@@ -92,18 +92,16 @@ void gemm(const Context& ctx, const GemmProblem& p) {
   }
   F32In a(ctx, p.a), b(ctx, p.b);
   F32Out c(ctx, p.c, p.beta != 0.0f);
-  const bool bias = p.epilogue == GemmEpilogue::kBias;
-  if (p.batch == 1) {  // the bias added to each slice of C by the thread that computed it (kc::gemm)
-    F32In bias_f32(ctx, bias ? p.bias : Tensor{});
+  if (p.batch == 1) {
     kc::gemm(p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, a.get(), p.lda, b.get(), p.ldb, p.beta, c.get(), p.ldc,
-             slicing(ctx), library, bias ? bias_f32.get() : nullptr);
-    return;
+             slicing(ctx), library);
+  } else {
+    kc::gemm_strided_batched(p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, a.get(), p.lda, p.stride_a, b.get(), p.ldb,
+                             p.stride_b, p.beta, c.get(), p.ldc, p.stride_c, p.batch, slicing(ctx), library);
   }
-  kc::gemm_strided_batched(p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, a.get(), p.lda, p.stride_a, b.get(), p.ldb,
-                           p.stride_b, p.beta, c.get(), p.ldc, p.stride_c, p.batch, slicing(ctx), library);
-  if (bias) {
-    F32In bias_f32(ctx, p.bias);
-    kc::bias_add_forward(c.get(), bias_f32.get(), p.batch * p.m, p.n);
+  if (p.epilogue == GemmEpilogue::kBias) {
+    F32In bias(ctx, p.bias);
+    kc::bias_add_forward(c.get(), bias.get(), p.batch * p.m, p.n);
   }
 }
 

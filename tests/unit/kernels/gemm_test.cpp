@@ -8,14 +8,11 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <string>
 #include <tuple>
 
 #include "kernel_test_util.hpp"
-#include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/blas_runtime.hpp"
 
 namespace cleave::kernels::cpu {
@@ -228,56 +225,6 @@ TEST(KernelGemm, DegenerateSizes) {
   gemm(false, false, 0, 4, 3, 1.0f, nullptr, 3, nullptr, 4, 0.0f, untouched.data(), 4);
   gemm(false, false, 1, 0, 3, 1.0f, nullptr, 3, nullptr, 1, 0.0f, untouched.data(), 1);
   for (float v : untouched) EXPECT_TRUE(std::isnan(v));
-}
-
-// The f32 bias added after the product by each slice's thread (gemm's `bias`, the forward of an f32 Linear): the
-// same bits as the product followed by bias_add_forward, for every transpose, alpha and beta, padded leading
-// dimensions (padding untouched), shapes below and above the slicing threshold and with a slice narrower than the
-// bias, both slicings at 1 and 2 threads; near a double reference; k = 0 gives beta C + bias.
-TEST(KernelGemm, BiasAfterTheProductGivesTheTwoPassBits) {
-  const int saved_blas = blas_threads();
-  const int saved_omp = omp_get_max_threads();
-  const int64_t shapes[][3] = {{3, 7, 13}, {37, 200, 150}, {201, 45, 130}, {64, 4099, 5}, {5, 3, 0}};
-  for (const auto& shape : shapes) {
-    const int64_t m = shape[0], n = shape[1], k = shape[2];
-    for (bool ta : {false, true}) {
-      for (bool tb : {false, true}) {
-        const int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2, ldc = n + 3;
-        const auto a = random_floats(static_cast<size_t>(std::max<int64_t>((ta ? k : m) * lda, 1)), 13);
-        const auto b = random_floats(static_cast<size_t>(std::max<int64_t>((tb ? n : k) * ldb, 1)), 14);
-        const auto bias = random_floats(static_cast<size_t>(n), 15);
-        const auto c_in = random_floats(static_cast<size_t>(m * ldc), 16);
-        for (const float beta : {0.0f, 0.5f}) {
-          for (GemmSlicing slicing : {GemmSlicing::kPerThread, GemmSlicing::kShapeFixed}) {
-            for (int threads : {1, 2}) {
-              configure_kernel_threads(threads);
-              auto two_pass = c_in, fused = c_in;
-              gemm(ta, tb, m, n, k, -0.75f, a.data(), lda, b.data(), ldb, beta, two_pass.data(), ldc, slicing);
-              for (int64_t i = 0; i < m; ++i) bias_add_forward(two_pass.data() + i * ldc, bias.data(), 1, n);
-              gemm(ta, tb, m, n, k, -0.75f, a.data(), lda, b.data(), ldb, beta, fused.data(), ldc, slicing, {},
-                   bias.data());
-              const std::string where = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
-                                        " ta " + std::to_string(ta) + " tb " + std::to_string(tb) + " beta " +
-                                        std::to_string(beta) + " threads " + std::to_string(threads);
-              ASSERT_EQ(std::memcmp(two_pass.data(), fused.data(), fused.size() * sizeof(float)), 0) << where;
-              std::vector<double> want(c_in.size());
-              gemm_reference(ta, tb, m, n, k, -0.75, a.data(), lda, b.data(), ldb, beta, c_in.data(), want.data(),
-                             ldc);
-              for (int64_t i = 0; i < m; ++i) {
-                for (int64_t j = 0; j < n; ++j) want[i * ldc + j] += bias[j];
-                expect_close(fused.data() + i * ldc, want.data() + i * ldc, static_cast<size_t>(n), 1e-4, 1e-5,
-                             where + " row " + std::to_string(i));
-                for (int64_t j = n; j < ldc; ++j) ASSERT_EQ(fused[i * ldc + j], c_in[i * ldc + j]) << where;
-              }
-              EXPECT_GT(test::l2_norm(fused), 0.0);
-            }
-          }
-        }
-      }
-    }
-  }
-  configure_blas_threads(saved_blas);
-  omp_set_num_threads(saved_omp);
 }
 
 TEST(KernelGemm, BadLeadingDimensionIsABug) {

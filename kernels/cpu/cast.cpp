@@ -34,12 +34,12 @@ constexpr int64_t kBlock = 4096;
 #define CLEAVE_CAST_PATH(suffix, target_attr, U32, U16)                                              \
   target_attr void narrow_##suffix(const float* x, std::uint16_t* y, int64_t n) {                    \
     const int64_t blocks = (n + kBlock - 1) / kBlock;                                                \
-    CLEAVE_PARALLEL_FOR(b, blocks, detail::worth_parallel(n),                                        \
+    CLEAVE_PARALLEL_FOR(b, blocks, detail::worth_parallel_streaming(n),                              \
       narrow_range<U32, U16>(x, y, b * kBlock, b == blocks - 1 ? n : (b + 1) * kBlock);)             \
   }                                                                                                  \
   target_attr void widen_##suffix(const std::uint16_t* x, float* y, int64_t n) {                     \
     const int64_t blocks = (n + kBlock - 1) / kBlock;                                                \
-    CLEAVE_PARALLEL_FOR(b, blocks, detail::worth_parallel(n),                                        \
+    CLEAVE_PARALLEL_FOR(b, blocks, detail::worth_parallel_streaming(n),                              \
       widen_range<U32, U16>(x, y, b * kBlock, b == blocks - 1 ? n : (b + 1) * kBlock);)              \
   }                                                                                                  \
   target_attr void narrow_serial_##suffix(const float* x, std::uint16_t* y, int64_t n) {             \

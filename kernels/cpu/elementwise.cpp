@@ -14,17 +14,17 @@ namespace cleave::kernels::cpu {
 
 void add(const float* a, const float* b, float* out, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "add: negative size {}", n);
-  CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel(n), out[i] = a[i] + b[i];)
+  CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel_streaming(n), out[i] = a[i] + b[i];)
 }
 
 void add_inplace(float* y, const float* x, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "add_inplace: negative size {}", n);
-  CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel(n), y[i] += x[i];)
+  CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel_streaming(n), y[i] += x[i];)
 }
 
 void scale_inplace(float* y, float alpha, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "scale_inplace: negative size {}", n);
-  CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel(n), y[i] *= alpha;)
+  CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel_streaming(n), y[i] *= alpha;)
 }
 
 namespace {
@@ -51,7 +51,7 @@ void scale_inplace_many(const FloatSpan* ys, int64_t count, float alpha) {
 
 void axpy(float alpha, const float* x, float* y, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "axpy: negative size {}", n);
-  CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel(n), y[i] += alpha * x[i];)
+  CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel_streaming(n), y[i] += alpha * x[i];)
 }
 
 namespace {

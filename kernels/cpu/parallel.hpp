@@ -16,6 +16,15 @@ inline constexpr int64_t kParallelMinElements = int64_t{1} << 15;
 
 inline bool worth_parallel(int64_t elements) { return elements >= kParallelMinElements; }
 
+// Streaming loops of one or two operations per element (add, scale, axpy, ReLU, the bf16 casts) cost about 0.05 ns
+// per element from cache, so a 64K-element add takes ~3 us on one thread: a team saved at most 2 us of it with
+// spinning threads (OMP_WAIT_POLICY=active) and cost 9-45 us under passive waiting, where every region wakes a
+// sleeping thread (2 vCPU Zen 4; benchmarks/kernels/RESULTS-2026-11-30-e-step-overhead.md). From 128K elements a
+// team pays again under active (6 us of 10 at 128K, 11 of 22 at 256K).
+inline constexpr int64_t kStreamingParallelMinElements = int64_t{1} << 17;
+
+inline bool worth_parallel_streaming(int64_t elements) { return elements >= kStreamingParallelMinElements; }
+
 // Whether a loop that is worth it (cond) may start a team here: not inside an active parallel region, where a
 // nested region would run on one thread anyway.
 inline bool parallel_here(bool cond) { return cond && !omp_in_parallel(); }

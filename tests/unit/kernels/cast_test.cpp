@@ -130,7 +130,7 @@ TEST(KernelCast, WideningIsExactOnEveryPath) {
 }
 
 TEST(KernelCast, EveryIsaPathGivesTheSameBits) {
-  const std::int64_t n = 100003;  // parallel, with a tail on every path
+  const std::int64_t n = 300003;  // parallel (kStreamingParallelMinElements), with a tail on every path
   const std::vector<float> x = inputs(static_cast<std::size_t>(n), 99);
   std::vector<std::uint16_t> base(static_cast<std::size_t>(n)), other(static_cast<std::size_t>(n));
   cast_f32_to_bf16_isa(VectorIsa::kBaseline, x.data(), base.data(), n);

@@ -19,7 +19,7 @@ namespace cleave::kernels::cpu {
 namespace {
 
 TEST(KernelElementwise, AddFamily) {
-  for (int64_t n : {1, 3, 37, 65537}) {
+  for (int64_t n : {1, 3, 37, 65537, 300007}) {  // the last two serial and a team (parallel.hpp)
     const auto a = test::random_floats(static_cast<size_t>(n), 10);
     const auto b = test::random_floats(a.size(), 11);
     auto out = test::poisoned(a.size());

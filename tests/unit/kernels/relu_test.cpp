@@ -12,7 +12,7 @@ namespace cleave::kernels::cpu {
 namespace {
 
 TEST(KernelRelu, ForwardAndBackward) {
-  for (int64_t n : {1, 7, 13, 65, 40007}) {
+  for (int64_t n : {1, 7, 13, 65, 40007, 300007}) {
     auto x = test::random_floats(static_cast<size_t>(n), 8);
     x[0] = std::fabs(x[0]);  // at least one positive input, so the norm guards below are meaningful
     const auto dy = test::random_floats(x.size(), 9);

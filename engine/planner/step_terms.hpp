@@ -148,6 +148,30 @@ struct BlockCompute {
 };
 BlockCompute block_compute(const TermContext& c, int block, double warm);
 
+// Host waits of routing on a GPU (step_terms_host_waits.cpp; docs/planner.md, "Host waits of routing on a GPU").
+// What one host wait leaves the GPU idle: the stream drained, the host launches the next kernel with nothing queued
+// to hide its launch call behind, 3.8 us (NVIDIA, A. Gray, "Getting Started with CUDA Graphs", 2019: a kernel
+// launched on a stream costs the host 3.8 us on a V100; the CUDA profiles' kernel_launch_us source cites it), plus
+// the profile's GPU-side launch gap (kernel_launch_s).
+inline constexpr double kHostLaunchAfterWaitS = 3.8e-6;
+// Seconds per host wait on a plan whose profile is a GPU's (device_type cuda) without measured block tables (a
+// measured block holds its layer's waits); 0 otherwise (CPU plans: their host work is the compute itself).
+double host_wait_s(const TermContext& c);
+// A moe block's host waits per micro-batch and pass, as docs/cuda.md counts them: F 1 (the logits read back), + 2
+// under ep (the wait before the count exchange, the counts' read-back), + 1 with a router bias (read back), + 3
+// with the shared expert's gate; I 2 (the combine weights' gradient read back, the logits' gradient uploaded), + 1
+// under cp with the balance loss, + 2 with the shared expert's gate; a full rerun F's again. Zeros for other blocks.
+struct MoeHostWaits {
+  int forward = 0, input_grad = 0, rerun = 0;
+};
+MoeHostWaits moe_host_waits(const TermContext& c, int block);
+// Adds moe_host_waits × host_wait_s to each pass of `x` and to its launch split (idle GPU, whole under cp).
+void add_moe_host_waits(const TermContext& c, int block, BlockCompute& x);
+// The sigmoid router's bias update at the step's end (model.bias_update_rate > 0): 2 host waits per routed layer
+// of the rank (engine/train/router_metrics.cpp move_bias: the bias read back, the synchronize after its upload),
+// × host_wait_s; 0 for other routers, a rate of 0, and where host_wait_s is 0.
+double router_bias_update_s(const TermContext& c, int routed_layers);
+
 // A block's collectives per micro-batch: exposed in F and in I (the rerun forward's inside I apart), hidden
 // under compute, and the bytes this rank sends per step.
 struct BlockCollectives {
@@ -192,7 +216,9 @@ BlockCollectives expert_all_to_all(const TermContext& c, int block);
 // profile's fit, or the ring formula, the same figure on a link).
 double ep_all_to_all_s(const TermContext& c, double busiest_bytes, int ep);
 // The busiest ep rank's compute of a block with routed experts: its expert GEMMs (gate, up, down: 3 per pass,
-// 2·T·k·D·F / tp FLOPs each per sample) run ep_imbalance × the mean rows, so each pass of `compute` (without the
+// 2·T·k·D·F / tp FLOPs each per sample) run ep_imbalance × the mean rows. Where the profile measured the block's
+// routed experts (measured_expert_rows), each pass grows by (ep_imbalance - 1) × expert_mean_rows × that pass's
+// measured cost per row (F's again in a full rerun). Else each pass of `compute` (without the
 // attention-probabilities part) grows by (ep_imbalance - 1) × the expert GEMMs' FLOP share of that pass (capped at
 // 1); I's share applies to the rerun too. On a roofline profile (no measured tables), at ep > 1 or cp > 1, the
 // rank's expert GEMMs are priced launch by launch instead (partition::moe_routed_expert_work: each of the E GEMMs
@@ -252,6 +278,14 @@ EpExchangePrice ep_exchange_price(const TermContext& c, const BlockCollectives& 
 // Of a pass of `pass_flops` FLOPs of a block with routed experts, the share in its expert GEMMs (gate, up, down:
 // 3 per pass, 2·T·k·D·F / tp FLOPs each per sample), capped at 1; 0 for other blocks.
 double expert_gemm_fraction(const TermContext& c, int block, double pass_flops);
+// The profile's measured routed-expert fit of a block with routed experts at the plan's tp width
+// (partition::MeasuredExpertRows: intercept + rows x per-row cost per pass), or null (not measured, other blocks).
+// Where present, expert_imbalance_compute prices the busiest rank's extra rows by it instead of the FLOP share
+// (on a small block the experts' share of the time is far below their share of the FLOPs: fixed per-call costs,
+// routing, gathers), and count_exchange takes the experts' forward at the mean rows off F by it.
+const partition::MeasuredExpertRows* measured_expert_rows(const TermContext& c, int block);
+// The routed rows one ep rank's experts receive on average per micro-batch: b · T/cp · k.
+double expert_mean_rows(const TermContext& c, int block);
 // The parameter elements one tp rank of a block holds, reduces and updates: the block's, less the (ep - 1) / ep of
 // its routed experts that live on the other ranks of its ep group.
 double block_local_params(const TermContext& c, int block);

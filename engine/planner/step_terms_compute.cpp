@@ -217,6 +217,7 @@ BlockCompute block_compute(const TermContext& c, int b, double warm) {
     p.stream_input_grad_s /= choice.cp;
     x.elementwise /= choice.cp;
   }
+  add_moe_host_waits(c, b, x);  // GPU plans: routing's host waits (none on the CPU, for other blocks)
   return x;
 }
 

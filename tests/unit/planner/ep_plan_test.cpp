@@ -282,6 +282,105 @@ TEST_F(EpPlanSearch, SplitsOneBlocksExchangesIntoTheirOwnTimeAndTheWaits) {
   }
 }
 
+// With the profile's measured routed-expert fit (partition::MeasuredExpertRows; step_terms.hpp,
+// measured_expert_rows), the busiest rank's extra compute is (f - 1) x the mean rows (micro 1 x T 16 x k 2 = 32)
+// x each pass's measured cost per row, by hand, not the FLOP share; the intercepts (per-call costs) add nothing.
+// The count exchange's wait takes the experts' measured forward at the mean rows (intercept + 32 x per row) off F.
+TEST_F(EpPlanSearch, PricesTheImbalanceFromTheMeasuredCostPerExpertRow) {
+  const std::string config = write("moe.json", kMoe);
+  const double rate = 1e9, gamma = 0.5;
+  HardwareProfile p = profile(1e-5, 1e8);
+  p.flops_f32 = p.flops_bf16 = rate;
+  config::RunConfig resolved = config::parse_config(kMoe, "<string>", {});
+  resolved.resolve(4);
+  const run_plan::Plan plan = run_plan::make_plan(resolved, 2, 0);
+  const partition::BlockSpec& block = plan.spec.blocks[1];
+  ASSERT_GT(block.n_experts, 0);
+  partition::MeasuredExpertRows rows;
+  rows.shape = partition::block_shape_key(block);
+  rows.tp = 1;
+  rows.rows = {32, 64, 128};
+  rows.intercept = {1e-5, 2e-5, 3e-5};
+  rows.per_row = {4e-8, 7e-8, 5e-8};
+  p.measured.expert_rows.push_back(rows);
+  SearchOptions options{4, 0};
+  PlanChoice c = choice_of_config(config, {}, 4);
+  c.ep = 2;
+  for (const double f : {1.0, 1.5, 2.0}) {
+    options.ep_imbalance = f;
+    const PlanEstimate e = estimate_plan(config, {}, c, p, options);
+    ASSERT_TRUE(e.valid) << e.reason;
+    EXPECT_NEAR(e.ep_exchange.imbalance_wait_s, (f - 1) * 32 * (4e-8 + 7e-8 + 5e-8), 1e-18) << f;
+  }
+  // At another tp width the fit is absent: the FLOP share prices (as in the test above).
+  HardwareProfile other = p;
+  other.measured.expert_rows.front().tp = 2;
+  options.ep_imbalance = 1.5;
+  const double expert_flops = 3.0 * 2 * 16 * 2 * 32 * 64;
+  EXPECT_NEAR(estimate_plan(config, {}, c, other, options).ep_exchange.imbalance_wait_s, 0.5 * 3 * expert_flops / rate,
+              1e-12);
+  // The count exchange's wait: gamma x (F - the experts' measured forward at 32 rows), per moe block and micro-batch.
+  options.ep_imbalance = 1.0;
+  HardwareProfile meet = p;
+  meet.measured.sync_wait_per_compute = gamma;
+  const PlanEstimate a = estimate_plan(config, {}, c, p, options), b = estimate_plan(config, {}, c, meet, options);
+  ASSERT_TRUE(a.valid && b.valid) << a.reason << b.reason;
+  const auto costs = partition::model_costs(plan.spec, DType::kF32);
+  double before = 0;
+  for (std::size_t k = 0; k < costs.size(); ++k) {
+    if (plan.spec.blocks[k].n_experts > 0) before += costs[k].forward_flops / rate - (1e-5 + 32 * 4e-8);
+  }
+  const double wait = gamma * before * 2;  // 2 micro-batches
+  EXPECT_NEAR(b.breakdown[StepTerm::kCountExchange] - a.breakdown[StepTerm::kCountExchange], wait, 1e-9 * wait);
+}
+
+// Routing on the host on a GPU (step_terms.hpp, host_wait_s): each host wait of a moe block costs 3.8 us + the
+// profile's kernel_launch_us (1.3 us on the H100 profile), in the kernel_launch term. By hand, per moe block and
+// micro-batch (2 blocks, 2 micro-batches on the rank): ep 1, F 1 + I 2; ep 2, F 3 + I 2; under full recomputation
+// the rerun F's again. The same plan on the profile marked a CPU's prices none, and nothing else moves. A sigmoid
+// router whose bias moves (bias_update_rate > 0) adds 2 waits per routed layer to the optimizer step; a rate of 0 none.
+TEST_F(EpPlanSearch, PricesRoutingsHostWaitsOnGpuPlansOnly) {
+  const std::string config = write("moe.json", kMoe);
+  HardwareProfile h100 = partition::load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/h100_sxm.json");
+  ASSERT_EQ(h100.device_type, DeviceType::kCuda);
+  ASSERT_FALSE(h100.measured.has_blocks());
+  HardwareProfile cpu = h100;
+  cpu.device_type = DeviceType::kCpu;
+  const double each = 3.8e-6 + 1.3e-6;
+  SearchOptions options{4, 0};
+  options.ep_imbalance = 1.0;
+  const auto waits = [&](const PlanChoice& c, const std::string& path) {
+    const PlanEstimate g = estimate_plan(path, {}, c, h100, options), k = estimate_plan(path, {}, c, cpu, options);
+    EXPECT_TRUE(g.valid && k.valid) << g.reason << k.reason;
+    for (int t = 0; t < kNumStepTerms; ++t) {
+      const auto term = static_cast<StepTerm>(t);
+      if (term == StepTerm::kKernelLaunch || term == StepTerm::kOptimizer || term == StepTerm::kBubble) continue;
+      EXPECT_NEAR(g.breakdown[term], k.breakdown[term], 1e-15) << step_term_info(term).name;
+    }
+    return std::pair{g.breakdown[StepTerm::kKernelLaunch] - k.breakdown[StepTerm::kKernelLaunch],
+                     g.breakdown[StepTerm::kOptimizer] - k.breakdown[StepTerm::kOptimizer]};
+  };
+  PlanChoice c = choice_of_config(config, {}, 4);
+  EXPECT_NEAR(waits(c, config).first, 2 * 2 * (1 + 2) * each, 1e-15);
+  EXPECT_NEAR(waits(c, config).second, 0.0, 1e-18);
+  c.ep = 2;
+  EXPECT_NEAR(waits(c, config).first, 2 * 2 * (3 + 2) * each, 1e-15);
+  c.recompute = partition::Recompute::kFull;
+  EXPECT_NEAR(waits(c, config).first, 2 * 2 * (3 + 2 + 3) * each, 1e-15);
+
+  std::string sigmoid = kMoe;
+  const std::string top_k = "\"top_k\": 2";
+  sigmoid.replace(sigmoid.find(top_k), top_k.size(), top_k + ", \"router\": \"sigmoid\", \"bias_update_rate\": 0.001");
+  const std::string moving = write("sigmoid.json", sigmoid);
+  PlanChoice s = choice_of_config(moving, {}, 4);
+  const auto [launch, update] = waits(s, moving);
+  EXPECT_NEAR(launch, 2 * 2 * (1 + 1 + 2) * each, 1e-15);  // F: the logits and the bias read back
+  EXPECT_NEAR(update, 2 * 2 * each, 1e-15);                 // 2 routed layers, 2 waits each, once per step
+  sigmoid.replace(sigmoid.find("0.001"), 5, "0");
+  const std::string fixed = write("fixed.json", sigmoid);
+  EXPECT_NEAR(waits(choice_of_config(fixed, {}, 4), fixed).second, 0.0, 1e-18);
+}
+
 // More ranks than cores (4 on 2, rho 2, the profile's time sharing measured): each all-to-all and count exchange of
 // 4 ranks waits collective_handoffs = 1 + (4 - 2)(1 - 1/2) = 2 handoffs of the yielding kind (25 us), not the
 // spinning one (500 us) the other collectives take; by hand per moe block and micro-batch: 4 all-to-alls x 2 and

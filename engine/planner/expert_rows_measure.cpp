@@ -138,7 +138,11 @@ std::pair<double, double> fit_intercept_slope(const std::vector<double>& x, cons
   for (std::size_t i = 0; i < x.size(); ++i) sxx += (x[i] - mx) * (x[i] - mx), sxy += (x[i] - mx) * (y[i] - my);
   CLEAVE_ASSERT(sxx > 0, "fit_intercept_slope: the x values are all {}", mx);
   const double b = std::max(0.0, sxy / sxx);
-  return {my - b * mx, b};
+  if (my - b * mx >= 0) return {my - b * mx, b};
+  // A negative intercept (noise on a steep line): the line through the origin, a = 0, b = Σxy / Σxx.
+  double xy = 0, xx = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) xy += x[i] * y[i], xx += x[i] * x[i];
+  return {0.0, std::max(0.0, xy / xx)};
 }
 
 void measure_expert_rows(partition::MeasuredCosts& costs, const partition::ModelSpec& spec,

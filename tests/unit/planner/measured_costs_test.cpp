@@ -247,6 +247,10 @@ TEST_F(MeasuredProfile, ExpertRowsRoundTripAndFit) {
   const auto [a0, b0] = fit_intercept_slope({1, 2, 4}, {6, 4, 2});
   EXPECT_EQ(b0, 0.0);
   EXPECT_NEAR(a0, 4.0, 1e-12);
+  // A steep line whose intercept comes out negative (y = -1 + 2x): through the origin, b = (1 + 6 + 28) / 21.
+  const auto [an, bn] = fit_intercept_slope({1, 2, 4}, {1, 3, 7});
+  EXPECT_EQ(an, 0.0);
+  EXPECT_NEAR(bn, 35.0 / 21.0, 1e-12);
 }
 
 TEST_F(MeasuredProfile, OneDtypeSpellingWrittenTheOldOneRead) {

@@ -216,9 +216,7 @@ BlockCollectives expert_all_to_all(const TermContext& c, int block);
 // profile's fit, or the ring formula, the same figure on a link).
 double ep_all_to_all_s(const TermContext& c, double busiest_bytes, int ep);
 // The busiest ep rank's compute of a block with routed experts: its expert GEMMs (gate, up, down: 3 per pass,
-// 2·T·k·D·F / tp FLOPs each per sample) run ep_imbalance × the mean rows. Where the profile measured the block's
-// routed experts (measured_expert_rows), each pass grows by (ep_imbalance - 1) × expert_mean_rows × that pass's
-// measured cost per row (F's again in a full rerun). Else each pass of `compute` (without the
+// 2·T·k·D·F / tp FLOPs each per sample) run ep_imbalance × the mean rows, so each pass of `compute` (without the
 // attention-probabilities part) grows by (ep_imbalance - 1) × the expert GEMMs' FLOP share of that pass (capped at
 // 1); I's share applies to the rerun too. On a roofline profile (no measured tables), at ep > 1 or cp > 1, the
 // rank's expert GEMMs are priced launch by launch instead (partition::moe_routed_expert_work: each of the E GEMMs
@@ -278,14 +276,6 @@ EpExchangePrice ep_exchange_price(const TermContext& c, const BlockCollectives& 
 // Of a pass of `pass_flops` FLOPs of a block with routed experts, the share in its expert GEMMs (gate, up, down:
 // 3 per pass, 2·T·k·D·F / tp FLOPs each per sample), capped at 1; 0 for other blocks.
 double expert_gemm_fraction(const TermContext& c, int block, double pass_flops);
-// The profile's measured routed-expert fit of a block with routed experts at the plan's tp width
-// (partition::MeasuredExpertRows: intercept + rows x per-row cost per pass), or null (not measured, other blocks).
-// Where present, expert_imbalance_compute prices the busiest rank's extra rows by it instead of the FLOP share
-// (on a small block the experts' share of the time is far below their share of the FLOPs: fixed per-call costs,
-// routing, gathers), and count_exchange takes the experts' forward at the mean rows off F by it.
-const partition::MeasuredExpertRows* measured_expert_rows(const TermContext& c, int block);
-// The routed rows one ep rank's experts receive on average per micro-batch: b · T/cp · k.
-double expert_mean_rows(const TermContext& c, int block);
 // The parameter elements one tp rank of a block holds, reduces and updates: the block's, less the (ep - 1) / ep of
 // its routed experts that live on the other ranks of its ep group.
 double block_local_params(const TermContext& c, int block);

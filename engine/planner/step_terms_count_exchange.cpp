@@ -5,8 +5,6 @@
 // figure is unchanged (peer_sync_wait leaves out only what this term waited).
 #include "engine/planner/step_terms.hpp"
 
-#include <algorithm>
-
 #include "partition/measured_costs.hpp"
 
 namespace cleave::planner {
@@ -53,13 +51,6 @@ CountExchange expert_count_exchange(const TermContext& c, int b, const BlockComp
   x.bytes = c.micro_batches * (full ? 2 : 1) * bytes * (ep - 1) / ep;
   const double rate = c.profile->measured.sync_wait_per_compute * c.core_sharing;
   if (rate <= 0) return x;
-  if (const partition::MeasuredExpertRows* rows = measured_expert_rows(c, b)) {
-    // The experts' forward at the mean rows, as the profile measured it, is what follows the dispatch.
-    const double experts = rows->intercept.forward_s + expert_mean_rows(c, b) * rows->per_row.forward_s;
-    x.wait_forward_s = rate * std::max(0.0, compute.forward_s - experts);
-    x.wait_rerun_s = full ? rate * std::max(0.0, compute.recompute_s - experts) : 0.0;
-    return x;
-  }
   const double share = expert_gemm_fraction(c, b, c.costs[static_cast<std::size_t>(b)].forward_flops);
   const ProbabilitiesCompute& p = compute.probabilities;
   x.wait_forward_s = rate * before_dispatch(compute.forward_s, p.forward_s, share);

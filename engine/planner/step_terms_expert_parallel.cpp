@@ -9,7 +9,6 @@
 
 #include "partition/ep_costs.hpp"
 #include "partition/families/moe.hpp"
-#include "partition/measured_costs.hpp"
 
 namespace cleave::planner {
 
@@ -131,33 +130,11 @@ BlockCompute roofline_expert_rows(const TermContext& c, int b, const BlockComput
 
 }  // namespace
 
-const partition::MeasuredExpertRows* measured_expert_rows(const TermContext& c, int b) {
-  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
-  if (block.n_experts <= 0) return nullptr;
-  return c.profile->measured.expert_rows_of(partition::block_shape_key(block), c.choice->tp);
-}
-
-double expert_mean_rows(const TermContext& c, int b) {
-  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
-  return c.micro * static_cast<double>(block.seq_len / std::max(1, c.choice->cp) * block.top_k);
-}
-
 BlockCompute expert_imbalance_compute(const TermContext& c, int b, const BlockCompute& compute) {
   const bool routed = c.plan->spec.blocks[static_cast<std::size_t>(b)].n_experts > 0;
   const bool roofline = !c.profile->measured.has_blocks() && c.profile->has_roofline();
   if (roofline && routed && (c.choice->ep > 1 || c.choice->cp > 1)) return roofline_expert_rows(c, b, compute);
   if (!has_expert_parallelism(c, b)) return compute;
-  if (const partition::MeasuredExpertRows* rows = measured_expert_rows(c, b)) {
-    // The busiest rank's (imbalance - 1) x mean rows more, at the measured cost of one more row per pass.
-    const double more = (c.ep_imbalance - 1.0) * expert_mean_rows(c, b);
-    const bool full = c.choice->recompute == Recompute::kFull;
-    BlockCompute x = compute;
-    x.forward_s += more * rows->per_row.forward_s;
-    x.input_grad_s += more * rows->per_row.input_grad_s;
-    x.recompute_s += full ? more * rows->per_row.forward_s : 0.0;
-    x.weight_grad_s += more * rows->per_row.weight_grad_s;
-    return x;
-  }
   const auto& cost = c.costs[static_cast<std::size_t>(b)];
   const auto share = [&](double pass_flops) { return (c.ep_imbalance - 1.0) * expert_gemm_fraction(c, b, pass_flops); };
   const double f = share(cost.forward_flops), i = share(cost.input_grad_flops), w = share(cost.weight_grad_flops);

@@ -282,15 +282,16 @@ TEST_F(EpPlanSearch, SplitsOneBlocksExchangesIntoTheirOwnTimeAndTheWaits) {
   }
 }
 
-// With the profile's measured routed-expert fit (partition::MeasuredExpertRows; step_terms.hpp,
-// measured_expert_rows), the busiest rank's extra compute is (f - 1) x the mean rows (micro 1 x T 16 x k 2 = 32)
-// x each pass's measured cost per row, by hand, not the FLOP share; the intercepts (per-call costs) add nothing.
-// The count exchange's wait takes the experts' measured forward at the mean rows (intercept + 32 x per row) off F.
-TEST_F(EpPlanSearch, PricesTheImbalanceFromTheMeasuredCostPerExpertRow) {
+// The profile's measured routed-expert fit (partition::MeasuredExpertRows, `expert_rows`) is recorded but not priced
+// yet (docs/planner.md, Expert parallelism; RESULTS-2026-11-30-c): with it the busiest rank's extra compute is still
+// (f - 1) x the expert GEMMs' FLOP share, by hand, and every term of the plan (the count exchange's wait included) is
+// the one without the fit, at f 1, 1.5 and 2 and with sync_wait_per_compute measured.
+TEST_F(EpPlanSearch, RecordsTheMeasuredExpertRowsButPricesTheImbalanceByTheFlopShare) {
   const std::string config = write("moe.json", kMoe);
-  const double rate = 1e9, gamma = 0.5;
-  HardwareProfile p = profile(1e-5, 1e8);
-  p.flops_f32 = p.flops_bf16 = rate;
+  const double rate = 1e9;
+  HardwareProfile bare = profile(1e-5, 1e8);
+  bare.flops_f32 = bare.flops_bf16 = rate;
+  bare.measured.sync_wait_per_compute = 0.5;
   config::RunConfig resolved = config::parse_config(kMoe, "<string>", {});
   resolved.resolve(4);
   const run_plan::Plan plan = run_plan::make_plan(resolved, 2, 0);
@@ -302,36 +303,23 @@ TEST_F(EpPlanSearch, PricesTheImbalanceFromTheMeasuredCostPerExpertRow) {
   rows.rows = {32, 64, 128};
   rows.intercept = {1e-5, 2e-5, 3e-5};
   rows.per_row = {4e-8, 7e-8, 5e-8};
-  p.measured.expert_rows.push_back(rows);
+  HardwareProfile fit = bare;
+  fit.measured.expert_rows.push_back(rows);
+  ASSERT_NE(fit.measured.expert_rows_of(rows.shape, 1), nullptr);
   SearchOptions options{4, 0};
   PlanChoice c = choice_of_config(config, {}, 4);
   c.ep = 2;
+  const double expert_flops = 3.0 * 2 * 16 * 2 * 32 * 64;  // 3 GEMMs x 2 T k D F, per pass and micro-batch
   for (const double f : {1.0, 1.5, 2.0}) {
     options.ep_imbalance = f;
-    const PlanEstimate e = estimate_plan(config, {}, c, p, options);
-    ASSERT_TRUE(e.valid) << e.reason;
-    EXPECT_NEAR(e.ep_exchange.imbalance_wait_s, (f - 1) * 32 * (4e-8 + 7e-8 + 5e-8), 1e-18) << f;
+    const PlanEstimate a = estimate_plan(config, {}, c, bare, options), b = estimate_plan(config, {}, c, fit, options);
+    ASSERT_TRUE(a.valid && b.valid) << a.reason << b.reason;
+    EXPECT_NEAR(b.ep_exchange.imbalance_wait_s, (f - 1) * 3 * expert_flops / rate, 1e-12) << f;
+    for (int t = 0; t < kNumStepTerms; ++t) {
+      const auto term = static_cast<StepTerm>(t);
+      EXPECT_EQ(a.breakdown[term], b.breakdown[term]) << step_term_info(term).name << " at f " << f;
+    }
   }
-  // At another tp width the fit is absent: the FLOP share prices (as in the test above).
-  HardwareProfile other = p;
-  other.measured.expert_rows.front().tp = 2;
-  options.ep_imbalance = 1.5;
-  const double expert_flops = 3.0 * 2 * 16 * 2 * 32 * 64;
-  EXPECT_NEAR(estimate_plan(config, {}, c, other, options).ep_exchange.imbalance_wait_s, 0.5 * 3 * expert_flops / rate,
-              1e-12);
-  // The count exchange's wait: gamma x (F - the experts' measured forward at 32 rows), per moe block and micro-batch.
-  options.ep_imbalance = 1.0;
-  HardwareProfile meet = p;
-  meet.measured.sync_wait_per_compute = gamma;
-  const PlanEstimate a = estimate_plan(config, {}, c, p, options), b = estimate_plan(config, {}, c, meet, options);
-  ASSERT_TRUE(a.valid && b.valid) << a.reason << b.reason;
-  const auto costs = partition::model_costs(plan.spec, DType::kF32);
-  double before = 0;
-  for (std::size_t k = 0; k < costs.size(); ++k) {
-    if (plan.spec.blocks[k].n_experts > 0) before += costs[k].forward_flops / rate - (1e-5 + 32 * 4e-8);
-  }
-  const double wait = gamma * before * 2;  // 2 micro-batches
-  EXPECT_NEAR(b.breakdown[StepTerm::kCountExchange] - a.breakdown[StepTerm::kCountExchange], wait, 1e-9 * wait);
 }
 
 // Routing on the host on a GPU (step_terms.hpp, host_wait_s): each host wait of a moe block costs 3.8 us + the

@@ -62,8 +62,9 @@ struct BlockTimes {
 // The routed experts of a moe block shape alone (planner::measure_expert_rows): each pass's gate, up and down grouped
 // GEMMs and the SwiGLU between them, timed at several routed-row counts spread over the block's E experts (E GEMMs per
 // projection at each count, as one rank runs them at any ep: ep sources x E / ep experts), fitted as intercept + rows x
-// per_row. per_row is what one more routed row costs a pass: the busiest ep rank's extra time over the mean rank's is
-// (imbalance - 1) x mean rows x per_row (docs/planner.md, "Expert parallelism"). Seconds; file key "expert_rows".
+// per_row. per_row is what one more routed row costs a pass. Recorded, not priced yet: the planner prices the busiest
+// ep rank's extra rows by the FLOP share (docs/planner.md, "Why the measured cost per routed row is not priced yet").
+// Seconds; file key "expert_rows".
 struct MeasuredExpertRows {
   std::string shape;  // block_shape_key() of the moe block
   int tp = 1;

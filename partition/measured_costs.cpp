@@ -47,7 +47,45 @@ std::string measured_list(const std::vector<MeasuredBlock>& blocks) {
   return out;
 }
 
+json expert_rows_to_json(const MeasuredExpertRows& x) {
+  const auto us = [](double s) { return file_number(s * 1e6); };
+  const auto ns = [](double s) { return file_number(s * 1e9); };
+  return {{"shape", x.shape}, {"tp", x.tp}, {"rows", x.rows},
+          {"forward_us", us(x.intercept.forward_s)}, {"input_grad_us", us(x.intercept.input_grad_s)},
+          {"weight_grad_us", us(x.intercept.weight_grad_s)}, {"forward_ns_per_row", ns(x.per_row.forward_s)},
+          {"input_grad_ns_per_row", ns(x.per_row.input_grad_s)}, {"weight_grad_ns_per_row", ns(x.per_row.weight_grad_s)}};
+}
+
+MeasuredExpertRows expert_rows_from_json(const json& node, const std::string& where) {
+  CLEAVE_CHECK(node.is_object() && node.contains("shape") && node.at("shape").is_string() && node.contains("rows") &&
+                   node.at("rows").is_array(),
+               "{}: expected an object {{\"shape\", \"tp\", \"rows\", \"forward_us\", \"forward_ns_per_row\", ...}}",
+               where);
+  MeasuredExpertRows x;
+  x.shape = node.at("shape").get<std::string>();
+  x.tp = static_cast<int>(number(node, "tp", where, false));
+  for (const json& r : node.at("rows")) {
+    CLEAVE_CHECK(r.is_number_integer() && r.get<std::int64_t>() > 0, "{}: 'rows' must hold positive integers, got {}",
+                 where, r.dump());
+    x.rows.push_back(r.get<std::int64_t>());
+  }
+  // Intercepts may be 0 (a fit through the origin); the slopes too (noise floored at 0 by the measurement).
+  x.intercept = {number(node, "forward_us", where, true) * 1e-6, number(node, "input_grad_us", where, true) * 1e-6,
+                 number(node, "weight_grad_us", where, true) * 1e-6};
+  x.per_row = {number(node, "forward_ns_per_row", where, true) * 1e-9,
+               number(node, "input_grad_ns_per_row", where, true) * 1e-9,
+               number(node, "weight_grad_ns_per_row", where, true) * 1e-9};
+  return x;
+}
+
 }  // namespace
+
+const MeasuredExpertRows* MeasuredCosts::expert_rows_of(const std::string& shape, int tp) const {
+  for (const auto& x : expert_rows) {
+    if (x.shape == shape && x.tp == tp) return &x;
+  }
+  return nullptr;
+}
 
 double file_number(double value) { return std::stod(fmt::format("{:.9g}", value)); }
 
@@ -197,6 +235,11 @@ json measured_to_json(const MeasuredCosts& c) {
   if (c.sync_wait_per_meeting_s > 0) out["sync_wait_per_meeting_us"] = file_number(c.sync_wait_per_meeting_s * 1e6);
   if (c.count_exchange_s > 0) {
     out["count_exchange"] = {{"ranks", c.count_exchange_ranks}, {"latency_us", file_number(c.count_exchange_s * 1e6)}};
+  }
+  if (!c.expert_rows.empty()) {
+    json rows = json::array();
+    for (const auto& x : c.expert_rows) rows.push_back(expert_rows_to_json(x));
+    out["expert_rows"] = rows;
   }
   if (c.time_sharing) {
     const MeasuredCosts::TimeSharing& t = *c.time_sharing;
@@ -351,6 +394,12 @@ MeasuredCosts measured_from_json(const json& node, const std::string& file) {
   }
   if (node.contains("time_sharing")) read_time_sharing(node.at("time_sharing"), where + ".time_sharing", c);
   if (node.contains("count_exchange")) read_count_exchange(node.at("count_exchange"), where + ".count_exchange", c);
+  if (node.contains("expert_rows")) {  // absent from profiles written before it was timed: the FLOP share prices
+    CLEAVE_CHECK(node.at("expert_rows").is_array(), "{}: 'expert_rows' must be an array", where);
+    for (std::size_t i = 0; i < node.at("expert_rows").size(); ++i) {
+      c.expert_rows.push_back(expert_rows_from_json(node.at("expert_rows")[i], fmt::format("{}.expert_rows[{}]", where, i)));
+    }
+  }
   for (const auto& [op, name] : enum_table<Collective>()) {
     const std::string key(name);
     if (!node.contains(key)) continue;

@@ -59,6 +59,19 @@ struct BlockTimes {
   double forward_s = 0, input_grad_s = 0, weight_grad_s = 0;
 };
 
+// The routed experts of a moe block shape alone (planner::measure_expert_rows): each pass's gate, up and down grouped
+// GEMMs and the SwiGLU between them, timed at several routed-row counts spread over the block's E experts (E GEMMs per
+// projection at each count, as one rank runs them at any ep: ep sources x E / ep experts), fitted as intercept + rows x
+// per_row. per_row is what one more routed row costs a pass. Recorded, not priced yet: the planner prices the busiest
+// ep rank's extra rows by the FLOP share (docs/planner.md, "Why the measured cost per routed row is not priced yet").
+// Seconds; file key "expert_rows".
+struct MeasuredExpertRows {
+  std::string shape;  // block_shape_key() of the moe block
+  int tp = 1;
+  std::vector<std::int64_t> rows;  // the routed-row counts timed
+  BlockTimes intercept, per_row;   // seconds, and seconds per row, per pass
+};
+
 struct MeasuredCosts {
   int ranks = 1;                 // ranks that ran the measurement together
   int threads_per_rank = 1;
@@ -114,8 +127,13 @@ struct MeasuredCosts {
   // unknown. With it and the warm tables a plan's block times depend on whether its working set fits
   // (warm_fraction below).
   std::int64_t cache_bytes_per_rank = 0;
+  // Per moe block shape and tp width, its routed experts' time per routed row (MeasuredExpertRows); empty = not
+  // measured (a profile from before it was, or a model without routed experts).
+  std::vector<MeasuredExpertRows> expert_rows;
 
   bool has_blocks() const { return !blocks.empty(); }
+  // The expert-row fit of `shape` at tp width `tp`, or null.
+  const MeasuredExpertRows* expert_rows_of(const std::string& shape, int tp) const;
   // Whether `shape` was measured at tp width `tp` (any micro-batch).
   bool covers(const std::string& shape, int tp) const;
   // Times of `block` at (tp, micro_batch); throws Error naming `profile_name` if the shape or width is absent.

@@ -14,13 +14,15 @@ block per micro-batch, x blocks x micro-batches): `own` (the four all-to-alls, o
 profile's point-to-point fit; their meetings; the count exchange) and `wait` (the peers' lost time from the
 profile's sync_wait_per_compute, and the busiest rank's extra expert compute at the workload's exact imbalance).
 P: --profile, else one measured first (`cleave profile bench_moe.json` on 2 ranks, about 10 s).
+--before CLEAVE: also price every cell with another build's cleave on the same profile (a planner before a pricing
+change; an older build ignores profile keys it does not know) and print its wait and own time beside (--markdown).
 
 Exit status 1 on any count or byte mismatch (the oracle check is exact) or a run without the split fields;
 timings are reported, not asserted.
 
   benchmarks/moe/imbalance_bench.py BUILD_DIR [--eps 2,4] [--workloads uniform,zipf,...] [--steps 4]
                                     [--rounds 1] [--profile FILE] [--smoke] [--markdown]
-                                    [--launcher "mpirun --oversubscribe"]
+                                    [--launcher "mpirun --oversubscribe"] [--before OLD_CLEAVE]
 --smoke: one workload (zipf), ep 2, 3 steps: the ctest entry moe_imbalance_bench_smoke.
 --rounds R: R interleaved rounds (each round runs every (ep, workload) cell once, in the same order), every run
 checked against the oracle first; a cell's measured time is the median over rounds of each run's median over
@@ -109,6 +111,32 @@ def check(metrics, cfg, ep, workload, micro_batches):
     return wrong, compared, imbalances
 
 
+def oracle_expert_extra(workload, ep, cfg, steps, fit):
+    """The busiest rank's extra expert time over the mean rank's per step in ms (mean over steps 2..), from the
+    oracle's routed rows and non-empty (source, expert) groups per rank and the profile's expert_rows fit:
+    (rows only: per row x rows; with groups: + the fit's intercept / E per non-empty group), every pass."""
+    m = cfg["model"]
+    experts, top_k = m["n_experts"], m["top_k"]
+    tokens = cfg["batch"]["micro_batch_size"] * m["seq_len"]
+    per_row = (fit["forward_ns_per_row"] + fit["input_grad_ns_per_row"] + fit["weight_grad_ns_per_row"]) * 1e-6
+    per_group = (fit["forward_us"] + fit["input_grad_us"] + fit["weight_grad_us"]) * 1e-3 / experts
+    name, parts = oracle.parse_workload(workload)
+    per_rank = experts // ep
+    rows_only, with_groups = [], []
+    for step in range(1, steps):
+        count = [0] * experts
+        for n in range(tokens):
+            for e in oracle.token_experts(name, step, n, experts, top_k, parts):
+                count[e] += 1
+        rows = [ep * sum(count[r * per_rank:(r + 1) * per_rank]) for r in range(ep)]
+        groups = [ep * sum(1 for c in count[r * per_rank:(r + 1) * per_rank] if c > 0) for r in range(ep)]
+        t = [per_row * rows[r] + per_group * groups[r] for r in range(ep)]
+        rows_only.append(per_row * (max(rows) - statistics.mean(rows)))
+        with_groups.append(max(t) - statistics.mean(t))
+    per_step = m["n_layers"] * (4 // cfg["batch"]["micro_batch_size"])
+    return statistics.mean(rows_only) * per_step, statistics.mean(with_groups) * per_step
+
+
 def split_of(metrics):
     """Per-step medians (steps 2..) of the measured total, wait and own time, and of each kind's own and wait, in ms;
     None when the run reports no split (an engine without the router log's kinds)."""
@@ -135,6 +163,7 @@ def main(argv):
     p.add_argument("--launcher", default="mpirun --oversubscribe", help="MPI launcher; -np EP is appended")
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--profile", help="hardware profile for the prediction (default: measure one on 2 ranks first)")
+    p.add_argument("--before", help="another cleave binary whose prediction on the same profile is printed beside")
     a = p.parse_args(argv)
     if a.smoke:
         a.eps, a.workloads, a.steps, a.rounds = "2", "zipf", 3, 1
@@ -164,6 +193,7 @@ def main(argv):
                 print(f"MISSING ep{ep} {workload}: metrics.jsonl has no moe_ep_all_to_all_wait_ms", file=sys.stderr)
             runs[(ep, workload)].append((wrong, compared, imbalances, split))
     rows_out = []
+    fit = load(profile).get("measured", {}).get("expert_rows")
     per_step = cfg["model"]["n_layers"] * micro_batches  # moe blocks x micro-batches
     for ep, workload in cells:
         cell = runs[(ep, workload)]
@@ -172,6 +202,10 @@ def main(argv):
         med = lambda key: statistics.median(sp[key] for sp in splits) if splits else None  # noqa: E731
         price = predicted(cleave, config, ep, exact, profile)
         priced = {k: v * per_step * 1e3 for k, v in price["ep_exchange_s"].items()}
+        before = None
+        if a.before:
+            old = predicted(a.before, config, ep, exact, profile)
+            before = {k: v * per_step * 1e3 for k, v in old["ep_exchange_s"].items()}
         rows_out.append({
             "ep": ep, "workload": workload, "steps": a.steps, "rounds": len(cell),
             "compared": sum(c[1] for c in cell), "mismatches": sum(len(c[0]) for c in cell), "imbalance": exact,
@@ -179,8 +213,10 @@ def main(argv):
                                                                                for w in ("own", "wait")])},
             "measured_rounds_total_ms": [sp["total"] for sp in splits],
             "predicted_ms": priced,
+            "before_predicted_ms": before,
             "predicted_step_ms": price["step_s"] * 1e3,
             "profile": price["profile"],
+            "oracle_extra_ms": (oracle_expert_extra(workload, ep, cfg, a.steps, fit[0]) if fit else None),
         })
     if a.markdown:
         print(profile_line(profile))
@@ -203,7 +239,11 @@ def profile_line(path):
             f"{m.get('sync_wait_per_compute', 0):.4f} s per s of compute and "
             f"{m.get('sync_wait_per_meeting_us', 0):.1f} us per meeting; time sharing: handoff "
             f"{ts.get('handoff_us', 0):.1f} us yielding, {ts.get('handoff_spin_us', 0):.1f} us spinning, compute "
-            f"x{ts.get('compute_ratio', 0):.2f} at {ts.get('ranks_per_core', 0)} ranks per core.")
+            f"x{ts.get('compute_ratio', 0):.2f} at {ts.get('ranks_per_core', 0)} ranks per core." +
+            "".join(f" Routed experts (tp{x['tp']}, rows {x['rows'][0]}-{x['rows'][-1]}): F {x['forward_us']:.1f} us + "
+                    f"{x['forward_ns_per_row']:.1f} ns/row, I {x['input_grad_us']:.1f} us + "
+                    f"{x['input_grad_ns_per_row']:.1f} ns/row, W {x['weight_grad_us']:.1f} us + "
+                    f"{x['weight_grad_ns_per_row']:.1f} ns/row." for x in m.get("expert_rows", [])))
 
 
 def ratio(m, p):
@@ -223,6 +263,34 @@ def print_markdown(rows_out):
               f"{f(m['own'])} | {p['own']:.3f} | {ratio(m['own'], p['own'])} | {f(m['wait'])} | "
               f"{p['wait']:.3f} ({p['peer_wait']:.3f} + {p['imbalance_wait']:.3f}) | {f(m['total'])} | "
               f"{p['own'] + p['wait']:.3f} | {ratio(m['total'], p['own'] + p['wait'])} | {spread} |")
+    if any(r["before_predicted_ms"] for r in rows_out):
+        print()
+        print("Before (--before's prediction on the same profile) and after, measured / predicted:")
+        print()
+        print("| ep | workload | measured wait ms | before: predicted wait ms (peers + imbalance) | before: wait meas / pred | "
+              "after: predicted wait ms (peers + imbalance) | after: wait meas / pred | measured own ms | before: own "
+              "meas / pred | after: own meas / pred |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for r in rows_out:
+            m, p, b = r["measured_ms"], r["predicted_ms"], r["before_predicted_ms"]
+            f = lambda v: f"{v:.3f}" if v is not None else "-"  # noqa: E731
+            print(f"| {r['ep']} | {r['workload']} | {f(m['wait'])} | {b['wait']:.3f} ({b['peer_wait']:.3f} + "
+                  f"{b['imbalance_wait']:.3f}) | {ratio(m['wait'], b['wait'])} | {p['wait']:.3f} ({p['peer_wait']:.3f} + "
+                  f"{p['imbalance_wait']:.3f}) | {ratio(m['wait'], p['wait'])} | {f(m['own'])} | "
+                  f"{ratio(m['own'], b['own'])} | {ratio(m['own'], p['own'])} |")
+    if any(r["oracle_extra_ms"] for r in rows_out):
+        print()
+        print("The busiest rank's extra expert time at the oracle's routing (profile's expert_rows fit), against the "
+              "measured wait less the same ep's uniform cell's (ms per step):")
+        print()
+        print("| ep | workload | measured wait - uniform's | rows only (per row x rows) | rows + per-group intercept |")
+        print("|---|---|---|---|---|")
+        base = {r["ep"]: r["measured_ms"]["wait"] for r in rows_out if r["workload"] == "uniform"}
+        for r in rows_out:
+            w, b = r["measured_ms"]["wait"], base.get(r["ep"])
+            extra = f"{w - b:.3f}" if w is not None and b is not None else "-"
+            print(f"| {r['ep']} | {r['workload']} | {extra} | {r['oracle_extra_ms'][0]:.3f} | "
+                  f"{r['oracle_extra_ms'][1]:.3f} |")
     print()
     print("Measured per kind, own / wait ms per step (medians):")
     print()

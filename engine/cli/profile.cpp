@@ -35,6 +35,7 @@
 #include "engine/core/log.hpp"
 #include "engine/core/progress.hpp"
 #include "engine/planner/hardware_profile.hpp"
+#include "engine/planner/expert_rows_measure.hpp"
 #include "engine/planner/profile_measure.hpp"
 #include "engine/planner/sync_wait.hpp"
 #include "engine/planner/time_sharing.hpp"
@@ -295,6 +296,14 @@ void print_profile(const planner::HardwareProfile& profile, bool cold_caches) {
     std::printf("count exchange (all-to-all of int64 counts) over %d ranks: %.1f us back to back\n",
                 profile.measured.count_exchange_ranks, profile.measured.count_exchange_s * 1e6);
   }
+  for (const auto& x : profile.measured.expert_rows) {
+    std::printf("routed experts of %s tp%d: F %.1f us + %.1f ns/row, I %.1f us + %.1f ns/row, W %.1f us + %.1f ns/row "
+                "(rows %lld to %lld)\n",
+                x.shape.c_str(), x.tp, x.intercept.forward_s * 1e6, x.per_row.forward_s * 1e9,
+                x.intercept.input_grad_s * 1e6, x.per_row.input_grad_s * 1e9, x.intercept.weight_grad_s * 1e6,
+                x.per_row.weight_grad_s * 1e9, static_cast<long long>(x.rows.front()),
+                static_cast<long long>(x.rows.back()));
+  }
 }
 
 // The measurements in turn (progress on rank 0's stderr): GEMM and memory rates (rank 0), the block tables, the
@@ -315,6 +324,7 @@ planner::HardwareProfile measure_profile(const partition::ModelSpec& spec, const
         planner::cache_bytes_per_rank(planner::last_level_cache(), machine.ranks_on_node, threads);
   }
   planner::measure_blocks(profile.measured, spec, request, &comm);
+  planner::measure_expert_rows(profile.measured, spec, request, &comm);  // nothing without routed experts
   progress.line(fmt::format("optimizer step (adamw, sgd, sgd with momentum; gradient norm, clip), {}",
                             format_seconds(progress.elapsed_s())));
   planner::measure_optimizer(profile.measured, 1 << 21, cmd.repeats, cmd.rounds, &comm, request.precision);

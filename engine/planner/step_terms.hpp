@@ -159,6 +159,30 @@ struct CpCoreCompute {
 };
 CpCoreCompute cp_core_compute(const TermContext& c, int block);
 
+// Host waits of routing on a GPU (step_terms_host_waits.cpp; docs/planner.md, "Host waits of routing on a GPU").
+// What one host wait leaves the GPU idle: the stream drained, the host launches the next kernel with nothing queued
+// to hide its launch call behind, 3.8 us (NVIDIA, A. Gray, "Getting Started with CUDA Graphs", 2019: a kernel
+// launched on a stream costs the host 3.8 us on a V100; the CUDA profiles' kernel_launch_us source cites it), plus
+// the profile's GPU-side launch gap (kernel_launch_s).
+inline constexpr double kHostLaunchAfterWaitS = 3.8e-6;
+// Seconds per host wait on a plan whose profile is a GPU's (device_type cuda) without measured block tables (a
+// measured block holds its layer's waits); 0 otherwise (CPU plans: their host work is the compute itself).
+double host_wait_s(const TermContext& c);
+// A moe block's host waits per micro-batch and pass, as docs/cuda.md counts them: F 1 (the logits read back), + 2
+// under ep (the wait before the count exchange, the counts' read-back), + 1 with a router bias (read back), + 3
+// with the shared expert's gate; I 2 (the combine weights' gradient read back, the logits' gradient uploaded), + 1
+// under cp with the balance loss, + 2 with the shared expert's gate; a full rerun F's again. Zeros for other blocks.
+struct MoeHostWaits {
+  int forward = 0, input_grad = 0, rerun = 0;
+};
+MoeHostWaits moe_host_waits(const TermContext& c, int block);
+// Adds moe_host_waits × host_wait_s to each pass of `x` and to its launch split (idle GPU, whole under cp).
+void add_moe_host_waits(const TermContext& c, int block, BlockCompute& x);
+// The sigmoid router's bias update at the step's end (model.bias_update_rate > 0): 2 host waits per routed layer
+// of the rank (engine/train/router_metrics.cpp move_bias: the bias read back, the synchronize after its upload),
+// × host_wait_s; 0 for other routers, a rate of 0, and where host_wait_s is 0.
+double router_bias_update_s(const TermContext& c, int routed_layers);
+
 // A block's collectives per micro-batch: exposed in F and in I (the rerun forward's inside I apart), hidden
 // under compute, and the bytes this rank sends per step.
 struct BlockCollectives {

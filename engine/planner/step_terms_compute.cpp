@@ -231,6 +231,7 @@ BlockCompute block_compute(const TermContext& c, int b, double warm) {
     x.launch.input_grad_s += core.launch.input_grad_s;
     x.launch.recompute_s += core.launch.recompute_s;
   }
+  add_moe_host_waits(c, b, x);  // GPU plans: routing's host waits (none on the CPU, for other blocks)
   return x;
 }
 

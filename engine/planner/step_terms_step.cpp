@@ -143,6 +143,7 @@ pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vect
   std::vector<double> rank_experts(static_cast<std::size_t>(c.choice->pp), 0.0);
   std::vector<double> rank_gather(static_cast<std::size_t>(c.choice->pp), 0.0);
   std::vector<double> rank_gather_hidden(static_cast<std::size_t>(c.choice->pp), 0.0);
+  std::vector<int> rank_bias_layers(static_cast<std::size_t>(c.choice->pp), 0);  // routed layers with a router bias
   for (int s = 0; s < num_stages; ++s) {
     const StageCosts& st = stages[static_cast<std::size_t>(s)];
     auto& sc = sim.stages[static_cast<std::size_t>(s)];
@@ -161,12 +162,17 @@ pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vect
     rank_experts[static_cast<std::size_t>(plan.stage_to_rank(s))] += st.expert_params;
     rank_gather[static_cast<std::size_t>(plan.stage_to_rank(s))] += st.step_gather_s;
     rank_gather_hidden[static_cast<std::size_t>(plan.stage_to_rank(s))] += st.step_gather_hidden_s;
+    const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
+    for (int b = range.begin; b < range.end; ++b) {
+      if (plan.spec.blocks[static_cast<std::size_t>(b)].router_bias) ++rank_bias_layers[static_cast<std::size_t>(plan.stage_to_rank(s))];
+    }
   }
   // The busiest rank's update; ZeRO-1/2's all-gather of the updated parameters follows it on every rank.
   optimizer = ActionTerms{};
   double busiest_update = 0;
   for (std::size_t r = 0; r < rank_params.size(); ++r) {
-    busiest_update = std::max(busiest_update, optimizer_step_s(c, rank_params[r], rank_experts[r]));
+    busiest_update = std::max(busiest_update, optimizer_step_s(c, rank_params[r], rank_experts[r]) +
+                                                  router_bias_update_s(c, rank_bias_layers[r]));
   }
   optimizer[StepTerm::kOptimizer] = busiest_update;
   const auto slowest = std::max_element(rank_gather.begin(), rank_gather.end());

@@ -282,6 +282,93 @@ TEST_F(EpPlanSearch, SplitsOneBlocksExchangesIntoTheirOwnTimeAndTheWaits) {
   }
 }
 
+// The profile's measured routed-expert fit (partition::MeasuredExpertRows, `expert_rows`) is recorded but not priced
+// yet (docs/planner.md, Expert parallelism; RESULTS-2026-11-30-c): with it the busiest rank's extra compute is still
+// (f - 1) x the expert GEMMs' FLOP share, by hand, and every term of the plan (the count exchange's wait included) is
+// the one without the fit, at f 1, 1.5 and 2 and with sync_wait_per_compute measured.
+TEST_F(EpPlanSearch, RecordsTheMeasuredExpertRowsButPricesTheImbalanceByTheFlopShare) {
+  const std::string config = write("moe.json", kMoe);
+  const double rate = 1e9;
+  HardwareProfile bare = profile(1e-5, 1e8);
+  bare.flops_f32 = bare.flops_bf16 = rate;
+  bare.measured.sync_wait_per_compute = 0.5;
+  config::RunConfig resolved = config::parse_config(kMoe, "<string>", {});
+  resolved.resolve(4);
+  const run_plan::Plan plan = run_plan::make_plan(resolved, 2, 0);
+  const partition::BlockSpec& block = plan.spec.blocks[1];
+  ASSERT_GT(block.n_experts, 0);
+  partition::MeasuredExpertRows rows;
+  rows.shape = partition::block_shape_key(block);
+  rows.tp = 1;
+  rows.rows = {32, 64, 128};
+  rows.intercept = {1e-5, 2e-5, 3e-5};
+  rows.per_row = {4e-8, 7e-8, 5e-8};
+  HardwareProfile fit = bare;
+  fit.measured.expert_rows.push_back(rows);
+  ASSERT_NE(fit.measured.expert_rows_of(rows.shape, 1), nullptr);
+  SearchOptions options{4, 0};
+  PlanChoice c = choice_of_config(config, {}, 4);
+  c.ep = 2;
+  const double expert_flops = 3.0 * 2 * 16 * 2 * 32 * 64;  // 3 GEMMs x 2 T k D F, per pass and micro-batch
+  for (const double f : {1.0, 1.5, 2.0}) {
+    options.ep_imbalance = f;
+    const PlanEstimate a = estimate_plan(config, {}, c, bare, options), b = estimate_plan(config, {}, c, fit, options);
+    ASSERT_TRUE(a.valid && b.valid) << a.reason << b.reason;
+    EXPECT_NEAR(b.ep_exchange.imbalance_wait_s, (f - 1) * 3 * expert_flops / rate, 1e-12) << f;
+    for (int t = 0; t < kNumStepTerms; ++t) {
+      const auto term = static_cast<StepTerm>(t);
+      EXPECT_EQ(a.breakdown[term], b.breakdown[term]) << step_term_info(term).name << " at f " << f;
+    }
+  }
+}
+
+// Routing on the host on a GPU (step_terms.hpp, host_wait_s): each host wait of a moe block costs 3.8 us + the
+// profile's kernel_launch_us (1.3 us on the H100 profile), in the kernel_launch term. By hand, per moe block and
+// micro-batch (2 blocks, 2 micro-batches on the rank): ep 1, F 1 + I 2; ep 2, F 3 + I 2; under full recomputation
+// the rerun F's again. The same plan on the profile marked a CPU's prices none, and nothing else moves. A sigmoid
+// router whose bias moves (bias_update_rate > 0) adds 2 waits per routed layer to the optimizer step; a rate of 0 none.
+TEST_F(EpPlanSearch, PricesRoutingsHostWaitsOnGpuPlansOnly) {
+  const std::string config = write("moe.json", kMoe);
+  HardwareProfile h100 = partition::load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/h100_sxm.json");
+  ASSERT_EQ(h100.device_type, DeviceType::kCuda);
+  ASSERT_FALSE(h100.measured.has_blocks());
+  HardwareProfile cpu = h100;
+  cpu.device_type = DeviceType::kCpu;
+  const double each = 3.8e-6 + 1.3e-6;
+  SearchOptions options{4, 0};
+  options.ep_imbalance = 1.0;
+  const auto waits = [&](const PlanChoice& c, const std::string& path) {
+    const PlanEstimate g = estimate_plan(path, {}, c, h100, options), k = estimate_plan(path, {}, c, cpu, options);
+    EXPECT_TRUE(g.valid && k.valid) << g.reason << k.reason;
+    for (int t = 0; t < kNumStepTerms; ++t) {
+      const auto term = static_cast<StepTerm>(t);
+      if (term == StepTerm::kKernelLaunch || term == StepTerm::kOptimizer || term == StepTerm::kBubble) continue;
+      EXPECT_NEAR(g.breakdown[term], k.breakdown[term], 1e-15) << step_term_info(term).name;
+    }
+    return std::pair{g.breakdown[StepTerm::kKernelLaunch] - k.breakdown[StepTerm::kKernelLaunch],
+                     g.breakdown[StepTerm::kOptimizer] - k.breakdown[StepTerm::kOptimizer]};
+  };
+  PlanChoice c = choice_of_config(config, {}, 4);
+  EXPECT_NEAR(waits(c, config).first, 2 * 2 * (1 + 2) * each, 1e-15);
+  EXPECT_NEAR(waits(c, config).second, 0.0, 1e-18);
+  c.ep = 2;
+  EXPECT_NEAR(waits(c, config).first, 2 * 2 * (3 + 2) * each, 1e-15);
+  c.recompute = partition::Recompute::kFull;
+  EXPECT_NEAR(waits(c, config).first, 2 * 2 * (3 + 2 + 3) * each, 1e-15);
+
+  std::string sigmoid = kMoe;
+  const std::string top_k = "\"top_k\": 2";
+  sigmoid.replace(sigmoid.find(top_k), top_k.size(), top_k + ", \"router\": \"sigmoid\", \"bias_update_rate\": 0.001");
+  const std::string moving = write("sigmoid.json", sigmoid);
+  PlanChoice s = choice_of_config(moving, {}, 4);
+  const auto [launch, update] = waits(s, moving);
+  EXPECT_NEAR(launch, 2 * 2 * (1 + 1 + 2) * each, 1e-15);  // F: the logits and the bias read back
+  EXPECT_NEAR(update, 2 * 2 * each, 1e-15);                 // 2 routed layers, 2 waits each, once per step
+  sigmoid.replace(sigmoid.find("0.001"), 5, "0");
+  const std::string fixed = write("fixed.json", sigmoid);
+  EXPECT_NEAR(waits(choice_of_config(fixed, {}, 4), fixed).second, 0.0, 1e-18);
+}
+
 // More ranks than cores (4 on 2, rho 2, the profile's time sharing measured): each all-to-all and count exchange of
 // 4 ranks waits collective_handoffs = 1 + (4 - 2)(1 - 1/2) = 2 handoffs of the yielding kind (25 us), not the
 // spinning one (500 us) the other collectives take; by hand per moe block and micro-batch: 4 all-to-alls x 2 and

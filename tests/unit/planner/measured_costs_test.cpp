@@ -15,6 +15,7 @@
 #include "engine/planner/hardware_profile.hpp"
 #include "partition/measured_costs.hpp"
 #include "engine/planner/plan_search.hpp"
+#include "engine/planner/expert_rows_measure.hpp"
 #include "engine/planner/profile_measure.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/cost_model.hpp"
@@ -207,6 +208,51 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
 
 // One spelling of each dtype ("f32", "bf16") is written; the old "fp32" of measured.dtype is read as f32. The device
 // type and the collectives are enums with one name table: an unknown name is refused naming the key.
+// The routed experts' fit (expert_rows) round-trips through the file (us and ns per row), is absent from older
+// profiles (the FLOP share prices), is looked up by shape and tp, and a negative slope is refused by name. The fit
+// itself: least squares through three points by hand, a falling line floored at slope 0 (intercept the mean).
+TEST_F(MeasuredProfile, ExpertRowsRoundTripAndFit) {
+  HardwareProfile p = table_profile();
+  p.measured.expert_rows.push_back({"moe_block d32 h4 kv4 ff64 e8 k2 s0 T16", 1, {64, 128, 256},
+                                    {39.5e-6, 39.25e-6, 42.5e-6}, {230e-9, 157.5e-9, 114.5e-9}});
+  const std::string path = (dir_ / "rows.json").string();
+  std::ofstream(path) << profile_to_json(p).dump(2);
+  const HardwareProfile q = load_profile(path);
+  ASSERT_EQ(q.measured.expert_rows.size(), 1u);
+  const partition::MeasuredExpertRows* x = q.measured.expert_rows_of("moe_block d32 h4 kv4 ff64 e8 k2 s0 T16", 1);
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(q.measured.expert_rows_of("moe_block d32 h4 kv4 ff64 e8 k2 s0 T16", 2), nullptr);
+  EXPECT_EQ(x->rows, (std::vector<std::int64_t>{64, 128, 256}));
+  EXPECT_NEAR(x->intercept.input_grad_s, 39.25e-6, 1e-18);
+  EXPECT_NEAR(x->per_row.forward_s, 230e-9, 1e-20);
+  EXPECT_NEAR(x->per_row.weight_grad_s, 114.5e-9, 1e-20);
+  EXPECT_EQ(profile_to_json(q)["measured"]["expert_rows"].dump(), profile_to_json(p)["measured"]["expert_rows"].dump());
+  auto old = profile_to_json(p);
+  old["measured"].erase("expert_rows");
+  std::ofstream((dir_ / "old.json").string()) << old.dump();
+  EXPECT_TRUE(load_profile((dir_ / "old.json").string()).measured.expert_rows.empty());
+  auto bad = profile_to_json(p);
+  bad["measured"]["expert_rows"][0]["input_grad_ns_per_row"] = -1;
+  std::ofstream((dir_ / "bad.json").string()) << bad.dump();
+  try {
+    load_profile((dir_ / "bad.json").string());
+    ADD_FAILURE() << "a negative cost per row loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("input_grad_ns_per_row"), std::string::npos) << e.what();
+  }
+  // y = 2 + 3x at x 1, 2, 4 (exact), and a falling line: slope 0, intercept the mean.
+  const auto [a, b] = fit_intercept_slope({1, 2, 4}, {5, 8, 14});
+  EXPECT_NEAR(a, 2.0, 1e-12);
+  EXPECT_NEAR(b, 3.0, 1e-12);
+  const auto [a0, b0] = fit_intercept_slope({1, 2, 4}, {6, 4, 2});
+  EXPECT_EQ(b0, 0.0);
+  EXPECT_NEAR(a0, 4.0, 1e-12);
+  // A steep line whose intercept comes out negative (y = -1 + 2x): through the origin, b = (1 + 6 + 28) / 21.
+  const auto [an, bn] = fit_intercept_slope({1, 2, 4}, {1, 3, 7});
+  EXPECT_EQ(an, 0.0);
+  EXPECT_NEAR(bn, 35.0 / 21.0, 1e-12);
+}
+
 TEST_F(MeasuredProfile, OneDtypeSpellingWrittenTheOldOneRead) {
   HardwareProfile p = table_profile();
   p.device_type = DeviceType::kCuda;

@@ -95,7 +95,8 @@ void forward_task(const T* q, const T* k, const T* v, T* out, float* lse, const 
     const int64_t cols = std::min(bk, j_end - kb);
     const ScoreRhs kt = prepare_rhs(kg + kb * s.ld_k, s.ld_k, cols, hd, w.k_rhs, bk);
     score_product<T>(paths.dot, qh, kt, rows, cols, hd, bk, s.scale, w.S);
-    flash_rows::softmax_update(paths.isa, s, {p_first, rows, kb, cols, bk}, w.S, w.m, w.l, w.acc, hd);
+    flash_rows::softmax_update(paths.isa, s, {p_first, rows, kb, cols, bk}, w.S, w.m, w.l, w.acc, hd,
+                               std::is_same_v<T, std::uint16_t> || s.round_probabilities);
     if constexpr (std::is_same_v<T, std::uint16_t>) {
       if (paths.value == flash_dots::ValueProducts::kDots) {
         flash_dots::pack_pairs_of_rows(paths.dot, vg + kb * s.ld_v, s.ld_v, cols, hd, w.v_rhs);
@@ -107,6 +108,7 @@ void forward_task(const T* q, const T* k, const T* v, T* out, float* lse, const 
         single_gemm(false, false, rows, hd, cols, 1.0f, w.S, bk, vw.p, vw.ld, 1.0f, w.acc, hd);
       }
     } else {
+      if (s.round_probabilities) flash_dots::round_in_place(paths.dot, w.S, bk, rows, cols);
       single_gemm(false, false, rows, hd, cols, 1.0f, w.S, bk, vg + kb * s.ld_v, s.ld_v, 1.0f, w.acc, hd);
     }
   }

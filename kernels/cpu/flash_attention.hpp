@@ -35,6 +35,10 @@ struct FlashAttentionShape {
   int64_t window = 0;                             // sliding window, <= 0: none (causal only)
   bool causal = true;
   float scale = 1.0f;
+  // f32 kernel only: P and dS rounded to bf16 before the value products, as the bf16 kernel rounds them (its f32
+  // GEMM value path: the same roundings, in place), for f32 operands that hold bf16 values (a block of a bf16
+  // attention run in pieces: ring attention). The bf16 overloads always round and ignore it.
+  bool round_probabilities = false;
 };
 
 // Block sizes (rows of a query block, rows of a key block). Public so tests can pick shapes on their edges.

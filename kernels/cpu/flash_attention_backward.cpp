@@ -216,7 +216,11 @@ void backward_head_on_key_block(const T* q, const float* lse, const T* dout, T* 
     score_product<T>(paths.dot, dos, kblk.v_rhs, rows, cols, hd, bk, 1.0f, w.dP);
     const float* D = w.D + hh * chunk + (i0 - t.lo);
     const bool gemm_values = std::is_same_v<T, std::uint16_t> && paths.value == flash_dots::ValueProducts::kGemm;
-    if (!gemm_values) flash_rows::scores_grad(paths.isa, w.P, D, rows, cols, bk, s.scale, w.dP);
+    if (!std::is_same_v<T, std::uint16_t> && s.round_probabilities) {
+      flash_dots::scores_grad_rounded(paths.dot, w.P, D, rows, cols, bk, s.scale, w.dP);  // P and dS as bf16 rounds
+    } else if (!gemm_values) {
+      flash_rows::scores_grad(paths.isa, w.P, D, rows, cols, bk, s.scale, w.dP);
+    }
     float* dq_rows = dqh + (i0 - t.lo) * ld_dq;
     if constexpr (std::is_same_v<T, std::uint16_t>) {
       if (gemm_values) {

@@ -31,10 +31,12 @@ struct Case {
   int64_t B, Tq, Tk, Hq, Hkv, hd;
   int64_t q0 = 0, k0 = 0, window = 0;
   bool causal = true;
+  bool round_p = false;  // FlashAttentionShape::round_probabilities (the f32 kernel only)
 };
 
 // The results, and the sums of the magnitudes of their terms (out: sum_j p_ij |v_j|; dv: sum_i p_ij |dout_i|;
-// dq: sum_j |ds_ij| |k_j|; dk: sum_i |ds_ij| |q_i|), the scale of the error of rounding p and ds.
+// dq: sum_j |ds_ij| |k_j|; dk: sum_i |ds_ij| |q_i|), the scale of the error of rounding p and ds; dq and dk also carry
+// what out's rounded p move D = dout . out by (sum_d |dout_id| out_mag_id), through ds = p (dp - D) scale.
 struct Ref {
   std::vector<double> out, lse, dq, dk, dv;
   std::vector<double> out_mag, dq_mag, dk_mag, dv_mag;
@@ -92,8 +94,8 @@ Ref reference(const Case& c, const std::vector<float>& q, const std::vector<floa
           }
         }
         const float* doi = &dout[(b * c.Tq + i) * ldq + h * hd];
-        double D = 0.0;
-        for (int64_t d = 0; d < hd; ++d) D += double(doi[d]) * oi[d];
+        double D = 0.0, D_mag = 0.0;  // D_mag: what out's rounded P move D by, in half ulps
+        for (int64_t d = 0; d < hd; ++d) D += double(doi[d]) * oi[d], D_mag += std::fabs(double(doi[d])) * oi_mag[d];
         for (int64_t j = 0; j < c.Tk; ++j) {
           if (p[j] == 0.0) continue;
           double dp = 0.0;
@@ -104,8 +106,8 @@ Ref reference(const Case& c, const std::vector<float>& q, const std::vector<floa
             r.dq[at_q] += ds * k[at_k];
             r.dk[at_k] += ds * qi[d];
             r.dv[at_k] += p[j] * doi[d];
-            r.dq_mag[at_q] += std::fabs(ds * k[at_k]);
-            r.dk_mag[at_k] += std::fabs(ds * qi[d]);
+            r.dq_mag[at_q] += std::fabs(ds * k[at_k]) + p[j] * D_mag * scale * std::fabs(k[at_k]);
+            r.dk_mag[at_k] += std::fabs(ds * qi[d]) + p[j] * D_mag * scale * std::fabs(qi[d]);
             r.dv_mag[at_k] += std::fabs(p[j] * doi[d]);
           }
         }
@@ -138,6 +140,7 @@ FlashAttentionShape shape_of(const Case& c) {
   s.window = c.window;
   s.causal = c.causal;
   s.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+  s.round_probabilities = c.round_p;
   return s;
 }
 
@@ -354,6 +357,80 @@ TEST(FlashAttention, MergedKeyChunksEqualFullAttention) {
   expect_close(dkb, chunk(want.dk, split, full.Tk), 1e-5, 1e-4, "chunk b dk");
 }
 
+// Elements of got farther from want than an f32 reordering moves them (1e-5 of 1 + |want|), as a fraction of all.
+double fraction_beyond_reordering(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  size_t beyond = 0;
+  for (size_t i = 0; i < got.size(); ++i) beyond += std::abs(got[i] - want[i]) > 1e-5 * (1.0 + std::abs(want[i]));
+  return static_cast<double>(beyond) / static_cast<double>(got.size());
+}
+
+// Ring attention's step in bf16 (round_probabilities: the f32 kernel on bf16 values rounds P and dS as the bf16 kernel
+// does): key chunks [0, 60) and [60, 130) merged round P as the whole call does, since P's shift is the running
+// maximum rounded to a multiple of ln 2, so a chunk's P is the whole call's times a power of two up to f32 rounding;
+// the backward's P and dS come from the merged lse either way. Bound: out, lse, dq, dk, dv within an f32 reordering
+// except where one tips a P or dS rounding: under 1% of the elements (measured 2026-11-30: 0-0.3%; with P shifted
+// by each chunk's own maximum its roundings differ from the whole call's in every row, and most of out's elements
+// fail), and those within a bf16 ulp (2^-8) of the tensor's largest value.
+TEST(FlashAttention, RoundedProbabilitiesInKeyChunksRoundAsTheWholeCall) {
+  Case full{"full", 2, 130, 130, 6, 2, 6, 0, 0, 50};
+  full.round_p = true;
+  const int64_t hd = full.hd, split = 60;
+  const auto q = test::widened(test::random_bf16(static_cast<size_t>(full.B * full.Tq * full.Hq * hd), 23, 2.0f));
+  const auto k = test::widened(test::random_bf16(static_cast<size_t>(full.B * full.Tk * full.Hkv * hd), 24, 2.0f));
+  const auto v = test::widened(test::random_bf16(k.size(), 25));
+  const auto dout = test::widened(test::random_bf16(q.size(), 26));
+  const KernelRun want = run_kernel(full, q, k, v, dout, 2);
+  auto chunk = [&](const std::vector<float>& x, int64_t lo, int64_t hi) {
+    std::vector<float> c;
+    const int64_t w = full.Hkv * hd;
+    for (int64_t b = 0; b < full.B; ++b) {
+      c.insert(c.end(), x.begin() + (b * full.Tk + lo) * w, x.begin() + (b * full.Tk + hi) * w);
+    }
+    return c;
+  };
+  Case a{"a", full.B, full.Tq, split, 6, 2, hd, 0, 0, full.window};
+  Case b{"b", full.B, full.Tq, full.Tk - split, 6, 2, hd, 0, split, full.window};
+  a.round_p = b.round_p = true;
+  const auto ka = chunk(k, 0, split), va = chunk(v, 0, split), kb = chunk(k, split, full.Tk), vb = chunk(v, split, full.Tk);
+  const KernelRun ra = run_kernel(a, q, ka, va, dout, 2), rb = run_kernel(b, q, kb, vb, dout, 2);
+  std::vector<float> out = ra.out, lse = ra.lse;
+  attention_merge(out.data(), lse.data(), rb.out.data(), rb.lse.data(), out.data(), lse.data(), full.B, full.Tq,
+                  full.Hq, hd);
+  std::vector<float> dq(q.size(), 0.0f), dka(ka.size()), dva(va.size()), dkb(kb.size()), dvb(vb.size());
+  for (const Case* cs : {&a, &b}) {
+    const FlashAttentionShape s = shape_of(*cs);
+    std::vector<float> ws(flash_attention_workspace_floats(s, 2));
+    const bool first = cs == &a;
+    flash_attention_backward(q.data(), (first ? ka : kb).data(), (first ? va : vb).data(), out.data(), lse.data(),
+                             dout.data(), dq.data(), (first ? dka : dkb).data(), (first ? dva : dvb).data(), s, true,
+                             ws.data(), 2);
+  }
+  struct Check {
+    const char* name;
+    const std::vector<float>& got;
+    std::vector<float> want;
+  };
+  const Check checks[] = {{"out", out, want.out},
+                          {"lse", lse, want.lse},
+                          {"dq", dq, want.dq},
+                          {"chunk a dk", dka, chunk(want.dk, 0, split)},
+                          {"chunk a dv", dva, chunk(want.dv, 0, split)},
+                          {"chunk b dk", dkb, chunk(want.dk, split, full.Tk)},
+                          {"chunk b dv", dvb, chunk(want.dv, split, full.Tk)}};
+  for (const Check& c : checks) {
+    EXPECT_LT(fraction_beyond_reordering(c.got, c.want), 0.01) << c.name;
+    double largest = 0;
+    for (float x : c.want) largest = std::max(largest, double{std::abs(x)});
+    expect_close(c.got, c.want, std::ldexp(largest, -8), 1e-5, std::string("rounded chunks ") + c.name);
+  }
+  // The control: without the roundings' shared shift the test would see nothing, so the roundings must be there.
+  Case plain = full;
+  plain.round_p = false;
+  EXPECT_GT(fraction_beyond_reordering(run_kernel(plain, q, k, v, dout, 2).out, want.out), 0.5)
+      << "round_probabilities changed nothing";
+}
+
 // bf16 operands (kernels/cpu/flash_attention_dots.hpp: the score products on the bf16 dot path, P and dS rounded to
 // bf16 before the value products, which run on the dot path or the f32 GEMM, f32 statistics and accumulation, outputs
 // narrowed once) against the double reference
@@ -361,8 +438,10 @@ TEST(FlashAttention, MergedKeyChunksEqualFullAttention) {
 // offsets, non-causal, T 1000 with the backward's query chunks), 1 and 2 threads with the same bits, gradients
 // written and accumulated onto non-zero bf16 values; and the packed q | k | v layout (row stride larger than a head
 // block) with the unpacked bits. Bound: each output within half a bf16 ulp of itself plus half a bf16 ulp of the sum
-// of its terms' magnitudes (the rounding of p and ds, at most half an ulp each) plus the f32 kernel's error; lse as
-// the f32 kernel; the gradients also carry the narrowed out's error through D = rowsum(dO * O).
+// of its terms' magnitudes (the rounding of p and ds, at most half an ulp each, the row maximum's p too: its shift is
+// a multiple of ln 2, so a row that sees one key no longer gets v and zero gradients exactly) plus the f32 kernel's
+// error; lse as the f32 kernel; the gradients also carry the narrowed out's error and out's rounded p through D =
+// rowsum(dO * O).
 double max_abs(const std::vector<double>& x) {
   double m = 0.0;
   for (double e : x) m = std::max(m, std::fabs(e));

@@ -6,9 +6,10 @@
 //   shape B Hq Hkv T hd dtype threads reps ms <median forward+backward ms> fwd_ms <median forward ms>
 // With --dump FILE it writes, after one forward + backward, the raw little-endian arrays q, k, v, dout, out, dq,
 // dk, dv (f32, or bf16 bit patterns as u16) then lse (f32), in that order, for the caller to check against its
-// own reference; no timing then.
+// own reference; no timing then. --value-path dots|gemm forces where bf16's value products run (kc::FlashValuePath;
+// default: the CPU's choice).
 //
-// Usage: attention_shapes_bench B Hq Hkv T hd f32|bf16 [reps=5] [--dump FILE]
+// Usage: attention_shapes_bench B Hq Hkv T hd f32|bf16 [reps=5] [--dump FILE] [--value-path auto|dots|gemm]
 #include <omp.h>
 
 #include <algorithm>
@@ -57,7 +58,7 @@ double median(std::vector<double> v) {
 }
 
 template <class T>
-int run(const kc::FlashAttentionShape& s, int reps, const char* dtype, const char* dump) {
+int run(const kc::FlashAttentionShape& s, int reps, const char* dtype, const char* dump, kc::FlashValuePath path) {
   const size_t nq = s.batch * s.q_len * s.ld_q, nk = s.batch * s.kv_len * s.ld_k;
   std::vector<T> q = as<T>(random_vec(nq, 1)), k = as<T>(random_vec(nk, 2)), v = as<T>(random_vec(nk, 3));
   std::vector<T> dout = as<T>(random_vec(nq, 4)), out(nq), dq(nq), dk(nk), dv(nk);
@@ -67,10 +68,19 @@ int run(const kc::FlashAttentionShape& s, int reps, const char* dtype, const cha
   std::vector<double> total, fwd;
   for (int r = 0; r <= (dump ? 0 : reps); ++r) {
     const auto t0 = Clock::now();
-    kc::flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), s, ws.data(), threads);
+    if constexpr (std::is_same_v<T, float>) {
+      kc::flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), s, ws.data(), threads);
+    } else {
+      kc::flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), s, ws.data(), threads, path);
+    }
     const auto t1 = Clock::now();
-    kc::flash_attention_backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
-                                 dk.data(), dv.data(), s, false, ws.data(), threads);
+    if constexpr (std::is_same_v<T, float>) {
+      kc::flash_attention_backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
+                                   dk.data(), dv.data(), s, false, ws.data(), threads);
+    } else {
+      kc::flash_attention_backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
+                                   dk.data(), dv.data(), s, false, ws.data(), threads, path);
+    }
     if (r > 0) {
       total.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
       fwd.push_back(std::chrono::duration<double>(t1 - t0).count());
@@ -98,16 +108,26 @@ int run(const kc::FlashAttentionShape& s, int reps, const char* dtype, const cha
 
 int main(int argc, char** argv) {
   const char* dump = nullptr;
+  kc::FlashValuePath path = kc::FlashValuePath::kAuto;
   std::vector<std::string> pos;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--dump") == 0 && i + 1 < argc) {
       dump = argv[++i];
+    } else if (std::strcmp(argv[i], "--value-path") == 0 && i + 1 < argc) {
+      const std::string v = argv[++i];
+      if (v != "auto" && v != "dots" && v != "gemm") {
+        std::fprintf(stderr, "attention_shapes_bench: --value-path %s: use auto, dots or gemm\n", v.c_str());
+        return 2;
+      }
+      path = v == "dots" ? kc::FlashValuePath::kDots : v == "gemm" ? kc::FlashValuePath::kGemm : path;
     } else {
       pos.emplace_back(argv[i]);
     }
   }
   if (pos.size() < 6 || (pos[5] != "f32" && pos[5] != "bf16")) {
-    std::fprintf(stderr, "usage: attention_shapes_bench B Hq Hkv T hd f32|bf16 [reps=5] [--dump FILE]\n");
+    std::fprintf(stderr,
+                 "usage: attention_shapes_bench B Hq Hkv T hd f32|bf16 [reps=5] [--dump FILE] "
+                 "[--value-path auto|dots|gemm]\n");
     return 2;
   }
   kc::FlashAttentionShape s;
@@ -124,5 +144,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attention_shapes_bench: bad shape (need B, Hq, Hkv, T, hd >= 1 and Hkv dividing Hq)\n");
     return 2;
   }
-  return pos[5] == "f32" ? run<float>(s, reps, "f32", dump) : run<std::uint16_t>(s, reps, "bf16", dump);
+  return pos[5] == "f32" ? run<float>(s, reps, "f32", dump, path) : run<std::uint16_t>(s, reps, "bf16", dump, path);
 }

@@ -51,7 +51,9 @@ CpuKernels unresolved_cpu_kernels(const config::RunConfig& config) {
 // and kFlashBlockK 128): the forward's score block, accumulator and row statistics, the backward's two score blocks, D
 // of the group's rows and key-block gradients (summed, and a query chunk's share); f32 adds the transposed key (and
 // value) blocks; bf16 the dot path's operands (flash_attention_dots.hpp: query rows of pair_dim(hd), key pairs of
-// 16-column-padded blocks), the widened blocks and the backward's f32 dQ of a kv head's query heads. Then the
+// 16-column-padded blocks; for the value products either the dot path's P and dS rounded, rows of pair_dim(keys or
+// queries), and pairs of key / query rows, hd padded to 16 columns, or the GEMM path's widened blocks, whichever is
+// larger) and the backward's f32 dQ of a kv head's query heads. Then the
 // backward's partial dK / dV sums when it runs one task per query chunk (flash_attention_blocks.hpp, chunk_tasks:
 // several threads, fewer than twice as many (batch x kv heads) groups and not a multiple of them): chunks x [2, T, hd]
 // per group, counted here for 2 threads - 1 groups since the batch is not known. Equal to the kernel's at one thread,
@@ -63,11 +65,17 @@ std::int64_t cpu_attention_scratch_bytes(const partition::BlockSpec& block, int 
   const std::int64_t group = block.n_heads / kv_heads;  // the same at every tp (both are split by it)
   const std::int64_t bq = std::max<std::int64_t>(1, std::min<std::int64_t>(64, t));
   const std::int64_t bk = std::max<std::int64_t>(1, std::min<std::int64_t>(128, t));
-  const std::int64_t pair_dim = (hd + 1) / 2 * 2, rows = bq * pair_dim, pairs = (bk + 15) / 16 * 16 * pair_dim / 2;
+  const auto pair_dim = [](std::int64_t n) { return (n + 1) / 2 * 2; };
+  const auto padded = [](std::int64_t n) { return (n + 15) / 16 * 16; };
+  const std::int64_t rows = bq * pair_dim(hd), pairs = padded(bk) * pair_dim(hd) / 2;
+  const std::int64_t key_pairs = padded(hd) * pair_dim(bk) / 2, query_pairs = padded(hd) * pair_dim(bq) / 2;
+  const std::int64_t rounded = bq * pair_dim(bk), rounded_t = bk * pair_dim(bq);
+  const std::int64_t forward_values = std::max(rounded + key_pairs, bk * hd);
+  const std::int64_t backward_values = std::max(key_pairs + 2 * query_pairs + rounded + rounded_t, bk * hd + 2 * bq * hd);
   const std::int64_t forward = bq * bk + bq * hd + 2 * bq, backward = 2 * bq * bk + group * t + 4 * bk * hd;
   const std::int64_t floats =
-      bf16 ? std::max(forward + rows + pairs + bk * hd,
-                      backward + 2 * pairs + bk * hd + 2 * rows + 2 * bq * hd + group * t * hd + 2 * hd)
+      bf16 ? std::max(forward + rows + pairs + forward_values,
+                      backward + 2 * pairs + 2 * rows + backward_values + group * t * hd + 2 * hd)
            : std::max(forward + hd * bk, backward + 2 * hd * bk);
   const std::int64_t chunk_rows = (std::max<std::int64_t>(256, (t + 3) / 4) + bq - 1) / bq * bq;
   const std::int64_t chunks = std::max<std::int64_t>(1, (t + chunk_rows - 1) / chunk_rows);

@@ -6,9 +6,10 @@
 // unnormalised accumulator, then acc += P V (GEMM). Each output row has a single writer and every block GEMM runs on
 // its thread alone, so the bits depend neither on the thread count nor on how the batch and the heads are split.
 //
-// bf16 operands: written once over the element type. The score product Q K^T runs on the bf16 blocks
-// (flash_attention_dots.hpp: key pairs packed once per key block); V is widened (exactly) into the thread's scratch
-// as it is loaded, each output row narrowed as it is stored.
+// bf16 operands: written once over the element type. Q K^T runs on the bf16 dot path (flash_attention_dots.hpp: key
+// pairs packed once per key block); P V with P rounded to bf16 (the row sums l stay those of the f32 P), on the dot
+// path (P rounded as it is packed, V's pairs of rows packed per key block) or on the f32 GEMM (P rounded in place, V
+// widened), as paths.value says; the f32 accumulator is narrowed once per output row.
 #include "kernels/cpu/flash_attention.hpp"
 
 #include <omp.h>
@@ -38,7 +39,8 @@ struct ForwardScratch {
   float* l;       // [bq] row sums
   float* k_rhs;   // f32: [hd, bk] the key block transposed; bf16: its pairs
   float* q_lhs;   // bf16 only: Q's rows for the dot path
-  float* v_buf;   // bf16 only: widened V [bk, hd]
+  float* p_lhs;   // bf16, the value region (flash_attention_blocks.hpp): dot path P rounded; GEMM path V widened
+  float* v_rhs;   // bf16, dot path: V's pairs along the keys
 };
 ForwardScratch forward_scratch(float* base, const FlashAttentionShape& s, bool bf16) {
   const int64_t bq = block_q(s), bk = block_k(s), hd = s.head_dim;
@@ -49,7 +51,8 @@ ForwardScratch forward_scratch(float* base, const FlashAttentionShape& s, bool b
   w.l = w.m + bq;
   w.k_rhs = w.l + bq;
   w.q_lhs = bf16 ? w.k_rhs + flash_dots::pairs_floats(bk, hd) : nullptr;
-  w.v_buf = bf16 ? w.q_lhs + flash_dots::rows_floats(bq, hd) : nullptr;
+  w.p_lhs = bf16 ? w.q_lhs + flash_dots::rows_floats(bq, hd) : nullptr;
+  w.v_rhs = bf16 ? w.p_lhs + flash_dots::rounded_floats(bq, bk) : nullptr;
   return w;
 }
 
@@ -92,16 +95,29 @@ void forward_task(const T* q, const T* k, const T* v, T* out, float* lse, const 
     const int64_t cols = std::min(bk, j_end - kb);
     const ScoreRhs kt = prepare_rhs(kg + kb * s.ld_k, s.ld_k, cols, hd, w.k_rhs, bk);
     score_product<T>(paths.dot, qh, kt, rows, cols, hd, bk, s.scale, w.S);
-    flash_rows::softmax_update(paths.isa, s, {p_first, rows, kb, cols, bk}, w.S, w.m, w.l, w.acc, hd);
-    const Block vt = load_block(vg + kb * s.ld_v, s.ld_v, cols, hd, w.v_buf);
-    single_gemm(false, false, rows, hd, cols, 1.0f, w.S, bk, vt.p, vt.ld, 1.0f, w.acc, hd);
+    flash_rows::softmax_update(paths.isa, s, {p_first, rows, kb, cols, bk}, w.S, w.m, w.l, w.acc, hd,
+                               std::is_same_v<T, std::uint16_t> || s.round_probabilities);
+    if constexpr (std::is_same_v<T, std::uint16_t>) {
+      if (paths.value == flash_dots::ValueProducts::kDots) {
+        flash_dots::pack_pairs_of_rows(paths.dot, vg + kb * s.ld_v, s.ld_v, cols, hd, w.v_rhs);
+        const flash_dots::Lhs p = flash_dots::pack_rows_rounded(paths.dot, w.S, bk, rows, cols, w.p_lhs);
+        flash_dots::products(paths.dot, p, rows, w.v_rhs, hd, cols, w.acc, hd);
+      } else {  // the value region holds V widened (flash_attention_blocks.hpp)
+        flash_dots::round_in_place(paths.dot, w.S, bk, rows, cols);
+        const Block vw = widen_block(vg + kb * s.ld_v, s.ld_v, cols, hd, w.p_lhs);
+        single_gemm(false, false, rows, hd, cols, 1.0f, w.S, bk, vw.p, vw.ld, 1.0f, w.acc, hd);
+      }
+    } else {
+      if (s.round_probabilities) flash_dots::round_in_place(paths.dot, w.S, bk, rows, cols);
+      single_gemm(false, false, rows, hd, cols, 1.0f, w.S, bk, vg + kb * s.ld_v, s.ld_v, 1.0f, w.acc, hd);
+    }
   }
   store_forward_rows(s, w, rows, lse + (b * s.q_heads + h) * s.q_len + i0, out + (b * s.q_len + i0) * s.ld_o + h * hd);
 }
 
 template <class T>
 void forward(const T* q, const T* k, const T* v, T* out, float* lse, const FlashAttentionShape& s, float* workspace,
-             int threads) {
+             int threads, FlashValuePath value_path) {
   constexpr bool kBf16 = std::is_same_v<T, std::uint16_t>;
   check_shape("flash_attention_forward", s);
   const int64_t hd = s.head_dim;
@@ -110,7 +126,7 @@ void forward(const T* q, const T* k, const T* v, T* out, float* lse, const Flash
   const int64_t tasks = s.batch * s.q_heads * q_blocks;
   const int64_t scratch = per_thread_floats(s, kBf16);
   const bool parallel = tasks > 1 && detail::worth_parallel(s.q_len * s.kv_len * hd * s.batch * s.q_heads / 2);
-  const Paths paths = run_paths();
+  const Paths paths = run_paths(value_path);
 #pragma omp parallel num_threads(std::max(threads, 1)) if (parallel)
   {
     const ForwardScratch w = forward_scratch(workspace + omp_get_thread_num() * scratch, s, kBf16);
@@ -131,13 +147,13 @@ std::size_t flash_attention_workspace_floats(const FlashAttentionShape& shape, i
 
 void flash_attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
                              const FlashAttentionShape& s, float* workspace, int threads) {
-  forward(q, k, v, out, lse, s, workspace, threads);
+  forward(q, k, v, out, lse, s, workspace, threads, FlashValuePath::kAuto);
 }
 
 void flash_attention_forward(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
                              std::uint16_t* out, float* lse, const FlashAttentionShape& s, float* workspace,
-                             int threads) {
-  forward(q, k, v, out, lse, s, workspace, threads);
+                             int threads, FlashValuePath value_path) {
+  forward(q, k, v, out, lse, s, workspace, threads, value_path);
 }
 
 void attention_merge(const float* out_a, const float* lse_a, const float* out_b, const float* lse_b, float* out,

@@ -15,10 +15,11 @@
 //
 // bf16 operands (bit patterns, cast.hpp; lse stays f32): the score products Q K^T and dO V^T take the bf16 blocks as
 // they are, summing their exact products in f32 on the CPU's bf16 dot-product instruction where it has one (or FMA
-// paths with its bits, flash_attention_dots.hpp); the other blocks are widened as they are loaded, rows narrowed as
-// they are stored, with f32 statistics and accumulation throughout (FlashAttention.Bf16MatchesDoubleReference: half a
-// bf16 ulp of the double result, plus the f32 kernel's error). Not the bits of the f32 kernel on widened operands:
-// the score products sum in another order.
+// paths with its bits, flash_attention_dots.hpp); the value products take P and dS rounded to bf16, on the dot
+// instruction where the CPU has it, else on the f32 block GEMM (FlashValuePath); rows are narrowed as they are stored,
+// with f32 statistics and accumulation throughout (FlashAttentionBf16Test.MatchesDoubleReference: half a bf16 ulp of the
+// double result plus half an ulp of the terms' magnitudes, plus the f32 kernel's error). Not the bits of the f32
+// kernel on widened operands: the score products sum in another order, and P and dS are rounded.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +35,10 @@ struct FlashAttentionShape {
   int64_t window = 0;                             // sliding window, <= 0: none (causal only)
   bool causal = true;
   float scale = 1.0f;
+  // f32 kernel only: P and dS rounded to bf16 before the value products, as the bf16 kernel rounds them (its f32
+  // GEMM value path: the same roundings, in place), for f32 operands that hold bf16 values (a block of a bf16
+  // attention run in pieces: ring attention). The bf16 overloads always round and ignore it.
+  bool round_probabilities = false;
 };
 
 // Block sizes (rows of a query block, rows of a key block). Public so tests can pick shapes on their edges.
@@ -54,14 +59,21 @@ void flash_attention_backward(const float* q, const float* k, const float* v, co
                               const float* dout, float* dq, float* dk, float* dv, const FlashAttentionShape& shape,
                               bool accumulate, float* workspace, int threads);
 
+// Where the bf16 kernel's value products (P V; backward P^T dO, dS K, dS^T Q) run, P and dS rounded to bf16 either
+// way: kAuto picks from the CPU (flash_attention_dots.hpp, value_products_for): the bf16 dot path where the CPU has
+// the bf16 dot instruction (AVX-512 BF16), else the f32 block GEMM on the rounded P and dS (stored in f32) and the
+// widened blocks. The two give different bits (each independent of the thread count and the head split); tests force
+// each.
+enum class FlashValuePath { kAuto, kDots, kGemm };
+
 void flash_attention_forward(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
                              std::uint16_t* out, float* lse, const FlashAttentionShape& shape, float* workspace,
-                             int threads);
+                             int threads, FlashValuePath value_path = FlashValuePath::kAuto);
 
 void flash_attention_backward(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
                               const std::uint16_t* out, const float* lse, const std::uint16_t* dout, std::uint16_t* dq,
                               std::uint16_t* dk, std::uint16_t* dv, const FlashAttentionShape& shape, bool accumulate,
-                              float* workspace, int threads);
+                              float* workspace, int threads, FlashValuePath value_path = FlashValuePath::kAuto);
 
 // Partial results merged by their log-sum-exp (ops::attention_merge): rows = batch * heads * len, out rows
 // [batch, len, heads * head_dim]; out / lse may alias out_a / lse_a.

@@ -11,11 +11,13 @@
 // Invariant: the same additions in the same order whatever the task split, so the bits depend neither on the thread
 // count nor on how the batch and the heads are split (tensor or all-to-all context parallelism).
 //
-// bf16 operands: written once over the element type. The score products (Q K^T, dO V^T) run on the bf16 blocks
-// (flash_attention_dots.hpp: key / value pairs packed once per key block); every other block a GEMM reads is
-// widened (exactly) into the thread's scratch as it is loaded; the chunk's dQ is summed in f32 over the key blocks in
-// the thread's scratch and narrowed once when the task ends, dK and dV per key block (added to the widened old row
-// when accumulating).
+// bf16 operands: written once over the element type. The score products (Q K^T, dO V^T) run on the bf16 dot path
+// (flash_attention_dots.hpp: key / value pairs packed once per key block); the value products (P^T dO, dS K, dS^T Q)
+// on P and dS rounded to bf16 (the f32 P and dS feed dS and nothing else), as paths.value says: on the dot path (P
+// and dS rounded as they are packed, K's pairs of rows packed once per key block, Q's and dO's per query block) or
+// on the f32 GEMM (P and dS rounded in place, K widened once per key block, Q and dO per query block); the
+// chunk's dQ is summed in f32 over the key blocks in the thread's scratch and narrowed once when the task ends, dK
+// and dV per key block (added to the widened old row when accumulating).
 #include <omp.h>
 
 #include <algorithm>
@@ -52,18 +54,24 @@ struct BackwardScratch {
   float* dv_chunk;  // [bk, hd] its dV
   float* k_rhs;   // f32: [hd, bk] K^T; bf16: K's pairs
   float* v_rhs;   // f32: [hd, bk] V^T; bf16: V's pairs
-  float* k_buf;   // bf16 only: widened K [bk, hd]
-  float* q_lhs;   // bf16 only: Q's and dO's rows for the dot path
+  float* q_lhs;     // bf16 only: Q's and dO's rows for the score products
   float* do_lhs;
-  float* q_buf;   // bf16 only: widened Q and dO [bq, hd]
-  float* do_buf;
+  // bf16 only, the value region (flash_attention_blocks.hpp): on the dot path K's pairs along the keys (dS K), Q's
+  // and dO's pairs along the queries (dS^T Q, P^T dO), dS rounded, and P^T then dS^T rounded; on the GEMM path K
+  // widened [bk, hd] (k_pairs), Q and dO widened [bq, hd] (q_pairs, do_pairs).
+  float* k_pairs;
+  float* q_pairs;
+  float* do_pairs;
+  float* ds_lhs;
+  float* t_lhs;
   float* dq_buf;   // bf16 only: [group, task rows, hd], the task's dQ in f32 until it ends
   float* row_buf;  // bf16 only: [2, hd], widened rows
 };
-BackwardScratch backward_scratch(float* base, const FlashAttentionShape& s, bool bf16) {
+BackwardScratch backward_scratch(float* base, const FlashAttentionShape& s, bool bf16, flash_dots::ValueProducts value) {
   const int64_t bq = block_q(s), bk = block_k(s), hd = s.head_dim, group = s.q_heads / s.kv_heads;
   const int64_t chunk = s.q_len;  // as per_thread_floats
   const int64_t rhs = bf16 ? flash_dots::pairs_floats(bk, hd) : hd * bk, lhs = flash_dots::rows_floats(bq, hd);
+  const int64_t query_pairs = flash_dots::pairs_floats(hd, bq);
   BackwardScratch w{};
   w.P = base;
   w.dP = w.P + bq * bk;
@@ -75,12 +83,19 @@ BackwardScratch backward_scratch(float* base, const FlashAttentionShape& s, bool
   w.k_rhs = w.dv_chunk + bk * hd;
   w.v_rhs = w.k_rhs + rhs;
   if (!bf16) return w;
-  w.k_buf = w.v_rhs + rhs;
-  w.q_lhs = w.k_buf + bk * hd;
+  w.q_lhs = w.v_rhs + rhs;
   w.do_lhs = w.q_lhs + lhs;
-  w.q_buf = w.do_lhs + lhs;
-  w.do_buf = w.q_buf + bq * hd;
-  w.dq_buf = w.do_buf + bq * hd;
+  w.k_pairs = w.do_lhs + lhs;
+  if (value == flash_dots::ValueProducts::kDots) {
+    w.q_pairs = w.k_pairs + flash_dots::pairs_floats(hd, bk);
+    w.do_pairs = w.q_pairs + query_pairs;
+    w.ds_lhs = w.do_pairs + query_pairs;
+    w.t_lhs = w.ds_lhs + flash_dots::rounded_floats(bq, bk);
+  } else {
+    w.q_pairs = w.k_pairs + bk * hd;
+    w.do_pairs = w.q_pairs + bq * hd;
+  }
+  w.dq_buf = w.k_pairs + backward_value_floats(s);
   w.row_buf = w.dq_buf + group * chunk * hd;
   return w;
 }
@@ -150,8 +165,9 @@ void finish_chunk_dq(std::uint16_t* dq, const FlashAttentionShape& s, const Back
 }
 void finish_chunk_dq(float*, const FlashAttentionShape&, const BackwardTask&, const BackwardScratch&) {}
 
-// One key block [kb, kb + cols) of kv group g as the query heads see it: its K (f32, for dQ) and K / V as score
-// products' right-hand sides, and the chunk's query rows [i_begin, i_end) that see at least one of its keys.
+// One key block [kb, kb + cols) of kv group g as the query heads see it: its K for dQ (f32: in place; bf16: its
+// pairs along the keys) and K / V as score products' right-hand sides, and the chunk's query rows [i_begin, i_end)
+// that see at least one of its keys.
 struct KeyBlock {
   int64_t kb, cols;
   Block kt;
@@ -161,6 +177,18 @@ struct KeyBlock {
 
 // Query head h's share of a key block: per query block the four GEMMs (two score products on bf16), into dK and dV's
 // block sums and dQ's rows.
+// The bf16 GEMM path's value products of one query block (P and dS already rounded in place): dV += P^T dO,
+// dQ += dS K, dK += dS^T Q on the f32 block GEMM, Q and dO widened (K is, once per key block).
+void gemm_value_products(const std::uint16_t* q, const std::uint16_t* d_o, const FlashAttentionShape& s, int64_t rows,
+                         int64_t cols, const Block& k, float* dq_rows, int64_t ld_dq, const BackwardScratch& w) {
+  const int64_t hd = s.head_dim, bk = block_k(s);
+  const Block doi = widen_block(d_o, s.ld_o, rows, hd, w.do_pairs);
+  const Block qi = widen_block(q, s.ld_q, rows, hd, w.q_pairs);
+  single_gemm(true, false, cols, hd, rows, 1.0f, w.P, bk, doi.p, doi.ld, 1.0f, w.dv_chunk, hd);
+  single_gemm(false, false, rows, hd, cols, 1.0f, w.dP, bk, k.p, k.ld, 1.0f, dq_rows, ld_dq);
+  single_gemm(true, false, cols, hd, rows, 1.0f, w.dP, bk, qi.p, qi.ld, 1.0f, w.dk_chunk, hd);
+}
+
 template <class T>
 void backward_head_on_key_block(const T* q, const float* lse, const T* dout, T* dq, const FlashAttentionShape& s,
                                 const BackwardTask& t, int64_t h, const KeyBlock& kblk, Paths paths,
@@ -183,16 +211,38 @@ void backward_head_on_key_block(const T* q, const float* lse, const T* dout, T* 
     const int64_t rows = std::min(bq, kblk.i_end - i0);
     const Block qs = prepare_lhs(paths.dot, qh + i0 * s.ld_q, s.ld_q, rows, hd, w.q_lhs);
     const Block dos = prepare_lhs(paths.dot, doh + i0 * s.ld_o, s.ld_o, rows, hd, w.do_lhs);
-    const Block qi = load_block(qh + i0 * s.ld_q, s.ld_q, rows, hd, w.q_buf);
-    const Block doi = load_block(doh + i0 * s.ld_o, s.ld_o, rows, hd, w.do_buf);
     score_product<T>(paths.dot, qs, kblk.k_rhs, rows, cols, hd, bk, s.scale, w.P);
     flash_rows::probabilities(paths.isa, s, {s.q_offset + i0, rows, kblk.kb, cols, bk}, lse_h + i0, w.P);
-    single_gemm(true, false, cols, hd, rows, 1.0f, w.P, bk, doi.p, doi.ld, 1.0f, w.dv_chunk, hd);
     score_product<T>(paths.dot, dos, kblk.v_rhs, rows, cols, hd, bk, 1.0f, w.dP);
-    flash_rows::scores_grad(paths.isa, w.P, w.D + hh * chunk + (i0 - t.lo), rows, cols, bk, s.scale, w.dP);
-    single_gemm(false, false, rows, hd, cols, 1.0f, w.dP, bk, kblk.kt.p, kblk.kt.ld, 1.0f,
-                dqh + (i0 - t.lo) * ld_dq, ld_dq);
-    single_gemm(true, false, cols, hd, rows, 1.0f, w.dP, bk, qi.p, qi.ld, 1.0f, w.dk_chunk, hd);
+    const float* D = w.D + hh * chunk + (i0 - t.lo);
+    const bool gemm_values = std::is_same_v<T, std::uint16_t> && paths.value == flash_dots::ValueProducts::kGemm;
+    if (!std::is_same_v<T, std::uint16_t> && s.round_probabilities) {
+      flash_dots::scores_grad_rounded(paths.dot, w.P, D, rows, cols, bk, s.scale, w.dP);  // P and dS as bf16 rounds
+    } else if (!gemm_values) {
+      flash_rows::scores_grad(paths.isa, w.P, D, rows, cols, bk, s.scale, w.dP);
+    }
+    float* dq_rows = dqh + (i0 - t.lo) * ld_dq;
+    if constexpr (std::is_same_v<T, std::uint16_t>) {
+      if (gemm_values) {
+        flash_dots::scores_grad_rounded(paths.dot, w.P, D, rows, cols, bk, s.scale, w.dP);
+        gemm_value_products(qh + i0 * s.ld_q, doh + i0 * s.ld_o, s, rows, cols, kblk.kt, dq_rows, ld_dq, w);
+        continue;
+      }
+      // P and dS rounded to bf16 (flash_attention_dots.hpp), each once per operand layout.
+      using flash_dots::products;
+      flash_dots::pack_pairs_of_rows(paths.dot, doh + i0 * s.ld_o, s.ld_o, rows, hd, w.do_pairs);
+      flash_dots::pack_pairs_of_rows(paths.dot, qh + i0 * s.ld_q, s.ld_q, rows, hd, w.q_pairs);
+      products(paths.dot, flash_dots::pack_columns_rounded(paths.dot, w.P, bk, rows, cols, w.t_lhs), cols,
+               w.do_pairs, hd, rows, w.dv_chunk, hd);
+      products(paths.dot, flash_dots::pack_rows_rounded(paths.dot, w.dP, bk, rows, cols, w.ds_lhs), rows,
+               kblk.kt.p, hd, cols, dq_rows, ld_dq);
+      products(paths.dot, flash_dots::pack_columns_rounded(paths.dot, w.dP, bk, rows, cols, w.t_lhs), cols,
+               w.q_pairs, hd, rows, w.dk_chunk, hd);
+    } else {
+      single_gemm(true, false, cols, hd, rows, 1.0f, w.P, bk, doh + i0 * s.ld_o, s.ld_o, 1.0f, w.dv_chunk, hd);
+      single_gemm(false, false, rows, hd, cols, 1.0f, w.dP, bk, kblk.kt.p, kblk.kt.ld, 1.0f, dq_rows, ld_dq);
+      single_gemm(true, false, cols, hd, rows, 1.0f, w.dP, bk, qh + i0 * s.ld_q, s.ld_q, 1.0f, w.dk_chunk, hd);
+    }
   }
 }
 
@@ -250,7 +300,16 @@ void backward_task(const T* q, const T* k, const T* v, const T* out, const float
     int64_t i_begin = 0, i_end = 0;
     query_range(s, kb, kb + kblk.cols, i_begin, i_end);
     if (std::max(i_begin, t.lo) < std::min(i_end, t.hi)) {
-      kblk.kt = load_block(kg + kb * s.ld_k, s.ld_k, kblk.cols, hd, w.k_buf);
+      if constexpr (std::is_same_v<T, std::uint16_t>) {
+        if (paths.value == flash_dots::ValueProducts::kDots) {
+          flash_dots::pack_pairs_of_rows(paths.dot, kg + kb * s.ld_k, s.ld_k, kblk.cols, hd, w.k_pairs);
+          kblk.kt = {w.k_pairs, 0};
+        } else {
+          kblk.kt = widen_block(kg + kb * s.ld_k, s.ld_k, kblk.cols, hd, w.k_pairs);
+        }
+      } else {
+        kblk.kt = {kg + kb * s.ld_k, s.ld_k};
+      }
       kblk.k_rhs = prepare_rhs(kg + kb * s.ld_k, s.ld_k, kblk.cols, hd, w.k_rhs, bk);
       kblk.v_rhs = prepare_rhs(vg + kb * s.ld_v, s.ld_v, kblk.cols, hd, w.v_rhs, bk);
     }
@@ -304,7 +363,7 @@ void reduce_partials(T* dk, T* dv, const FlashAttentionShape& s, bool accumulate
 
 template <class T>
 void backward(const T* q, const T* k, const T* v, const T* out, const float* lse, const T* dout, T* dq, T* dk, T* dv,
-              const FlashAttentionShape& s, bool accumulate, float* workspace, int threads) {
+              const FlashAttentionShape& s, bool accumulate, float* workspace, int threads, FlashValuePath value_path) {
   constexpr bool kBf16 = std::is_same_v<T, std::uint16_t>;
   check_shape("flash_attention_backward", s);
   const int team = std::max(threads, 1);
@@ -315,10 +374,10 @@ void backward(const T* q, const T* k, const T* v, const T* out, const float* lse
   float* partials = workspace + team * scratch;
   const bool parallel =
       tasks > 1 && detail::worth_parallel(s.q_len * s.kv_len * s.head_dim * s.batch * s.q_heads / 2);
-  const Paths paths = run_paths();
+  const Paths paths = run_paths(value_path);
 #pragma omp parallel num_threads(team) if (parallel)
   {
-    const BackwardScratch w = backward_scratch(workspace + omp_get_thread_num() * scratch, s, kBf16);
+    const BackwardScratch w = backward_scratch(workspace + omp_get_thread_num() * scratch, s, kBf16, paths.value);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       // The last chunk first: under a causal mask it sees the most keys.
@@ -340,14 +399,14 @@ void backward(const T* q, const T* k, const T* v, const T* out, const float* lse
 void flash_attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
                               const float* dout, float* dq, float* dk, float* dv, const FlashAttentionShape& s,
                               bool accumulate, float* workspace, int threads) {
-  backward(q, k, v, out, lse, dout, dq, dk, dv, s, accumulate, workspace, threads);
+  backward(q, k, v, out, lse, dout, dq, dk, dv, s, accumulate, workspace, threads, FlashValuePath::kAuto);
 }
 
 void flash_attention_backward(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
                               const std::uint16_t* out, const float* lse, const std::uint16_t* dout, std::uint16_t* dq,
                               std::uint16_t* dk, std::uint16_t* dv, const FlashAttentionShape& s, bool accumulate,
-                              float* workspace, int threads) {
-  backward(q, k, v, out, lse, dout, dq, dk, dv, s, accumulate, workspace, threads);
+                              float* workspace, int threads, FlashValuePath value_path) {
+  backward(q, k, v, out, lse, dout, dq, dk, dv, s, accumulate, workspace, threads, value_path);
 }
 
 }  // namespace cleave::kernels::cpu

@@ -1,6 +1,6 @@
 // Internal to flash_attention.cpp (forward) and flash_attention_backward.cpp: what both halves of the CPU
 // FlashAttention-2 kernel share — the shape check, the block and query-chunk sizes, the per-thread scratch bound,
-// the block GEMM on the calling thread alone, the f32 / bf16 block loads and stores, and the score products.
+// the block GEMM on the calling thread alone, the f32 / bf16 row stores, and the score products.
 //
 // Invariant: every helper is a function of its arguments alone (no team, no thread count): the block GEMM is never
 // sliced, and the query chunks depend on q_len alone, so the kernel's bits do not depend on the thread count nor on
@@ -69,19 +69,35 @@ inline int64_t partial_floats(const FlashAttentionShape& s, int threads) {
   return chunk_tasks(s, threads) ? s.batch * s.kv_heads * q_chunks(s) * 2 * s.kv_len * s.head_dim : 0;
 }
 
-// Forward: S [bq, bk], acc [bq, hd], m and l [bq], and f32: K^T [hd, bk]; bf16: Q's rows and K's pairs for the
-// score products (flash_attention_dots.hpp), V widened [bk, hd].
+// The bf16 value products' operands, on either path (one region, so the bound does not depend on the CPU):
+// forward, the dot path's P rounded and V's pairs, or the GEMM path's widened V [bk, hd]; backward, the dot path's
+// K's, Q's and dO's pairs and dS and P^T (then dS^T) rounded, or the GEMM path's widened K [bk, hd], Q and dO
+// [bq, hd] (P and dS rounded in place).
+inline int64_t forward_value_floats(const FlashAttentionShape& s) {
+  const int64_t bq = block_q(s), bk = block_k(s), hd = s.head_dim;
+  return std::max(flash_dots::rounded_floats(bq, bk) + flash_dots::pairs_floats(hd, bk), bk * hd);
+}
+inline int64_t backward_value_floats(const FlashAttentionShape& s) {
+  const int64_t bq = block_q(s), bk = block_k(s), hd = s.head_dim;
+  const int64_t dots = flash_dots::pairs_floats(hd, bk) + 2 * flash_dots::pairs_floats(hd, bq) +
+                       flash_dots::rounded_floats(bq, bk) + flash_dots::rounded_floats(bk, bq);
+  return std::max(dots, bk * hd + 2 * bq * hd);
+}
+
+// Forward: S [bq, bk], acc [bq, hd], m and l [bq], and f32: K^T [hd, bk]; bf16 (flash_attention_dots.hpp): Q's
+// rows and K's pairs for the score product, and the value region.
 // Backward: P and dS [bq, bk], D [group, q_len], dK and dV [bk, hd] and a chunk's share of them; f32: K^T and V^T
-// [hd, bk]; bf16: K's and V's pairs, K widened [bk, hd], Q's and dO's rows, Q and dO widened [bq, hd], the task's
-// dQ in f32 [group, q_len, hd] and two rows [hd]. (A task uses `group x its rows` of D and dQ.)
+// [hd, bk]; bf16: K's and V's pairs and Q's and dO's rows for the score products, K's, Q's and dO's pairs along the
+// keys / queries and P^T (then dS^T) and dS rounded for the value products (the value region), the task's dQ in f32
+// [group, q_len, hd] and two rows [hd]. (A task uses `group x its rows` of D and dQ.)
 inline int64_t per_thread_floats(const FlashAttentionShape& s, bool bf16) {
   const int64_t bq = block_q(s), bk = block_k(s), hd = s.head_dim, group = s.q_heads / s.kv_heads;
   const int64_t chunk = s.q_len;  // a chunk's rows at most; so the bound does not depend on the batch
   const int64_t rows = flash_dots::rows_floats(bq, hd), pairs = flash_dots::pairs_floats(bk, hd);
   const int64_t forward = bq * bk + bq * hd + 2 * bq, backward = 2 * bq * bk + group * chunk + 4 * bk * hd;
   if (!bf16) return std::max(forward + hd * bk, backward + 2 * hd * bk);
-  return std::max(forward + rows + pairs + bk * hd,
-                  backward + 2 * pairs + bk * hd + 2 * rows + 2 * bq * hd + group * chunk * hd + 2 * hd);
+  return std::max(forward + rows + pairs + forward_value_floats(s),
+                  backward + 2 * pairs + 2 * rows + backward_value_floats(s) + group * chunk * hd + 2 * hd);
 }
 
 // One block GEMM on the calling thread alone (gemm_kernels.hpp): never sliced, so its bits depend only on its
@@ -93,15 +109,14 @@ inline void single_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
   gemm_detail::sgemm_openblas(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// `rows` rows of head_dim values (row stride ld) as f32 for the block GEMMs: f32 in place; bf16 widened (exactly)
-// into buf, row stride hd. The GEMMs' bits do not depend on the strides or the alignment (the library packs both
-// operands before its kernel runs).
+// A row block of the f32 kernel (row stride ld), or a bf16 operand packed for the dot path.
 struct Block {
   const float* p;
   int64_t ld;
 };
-inline Block load_block(const float* src, int64_t ld, int64_t, int64_t, float*) { return {src, ld}; }
-inline Block load_block(const std::uint16_t* src, int64_t ld, int64_t rows, int64_t hd, float* buf) {
+
+// A bf16 block [rows, hd] (row stride ld) widened (exactly) into buf for the f32 GEMM.
+inline Block widen_block(const std::uint16_t* src, int64_t ld, int64_t rows, int64_t hd, float* buf) {
   for (int64_t r = 0; r < rows; ++r) cast_bf16_to_f32_serial(src + r * ld, buf + r * hd, hd);
   return {buf, hd};
 }
@@ -159,12 +174,21 @@ void score_product(flash_dots::DotIsa dot, const Block& a, const ScoreRhs& b, in
   }
 }
 
-// The run-time paths: the element-wise rows' and the bf16 score products'.
+// The run-time paths: the element-wise rows', the bf16 score products' and the bf16 value products' (a function of
+// the dot path, flash_dots::value_products_for, unless forced).
 struct Paths {
   VectorIsa isa;
   flash_dots::DotIsa dot;
+  flash_dots::ValueProducts value;
 };
 
-inline Paths run_paths() { return {best_vector_isa(), flash_dots::best_dot_isa()}; }
+inline Paths paths_for(VectorIsa isa, flash_dots::DotIsa dot, FlashValuePath value) {
+  using flash_dots::ValueProducts;
+  const ValueProducts v = value == FlashValuePath::kAuto   ? flash_dots::value_products_for(dot)
+                          : value == FlashValuePath::kDots ? ValueProducts::kDots
+                                                           : ValueProducts::kGemm;
+  return {isa, dot, v};
+}
+inline Paths run_paths(FlashValuePath value) { return paths_for(best_vector_isa(), flash_dots::best_dot_isa(), value); }
 
 }  // namespace cleave::kernels::cpu::flash_blocks

@@ -31,8 +31,8 @@ template <class F>
   return F{} + v;
 }
 
-// acc [rows][vectors] * scale into S's columns [c0, min(c0 + 16, cols)).
-template <class F, int R, int NV>
+// acc [rows][vectors] * scale into S's columns [c0, min(c0 + 16, cols)), or (kAdd) added to what they hold.
+template <bool kAdd, class F, int R, int NV>
 [[gnu::always_inline]] inline void store_tile(const F (&acc)[R][NV], float scale, float* S, int64_t ld, int64_t c0,
                                               int64_t cols) {
   constexpr int64_t L = static_cast<int64_t>(sizeof(F) / sizeof(float));
@@ -42,11 +42,14 @@ template <class F, int R, int NV>
     for (int v = 0; v < NV; ++v) {
       const int64_t c = c0 + v * L;
       if (c >= cols) break;
-      const F y = acc[r][v] * detail::broadcast<F>(scale);
+      F y = acc[r][v] * detail::broadcast<F>(scale);
       if (c + L <= cols) {
+        if constexpr (kAdd) y = detail::load<F>(S + r * ld + c) + y;
         detail::store(S + r * ld + c, y);
       } else {
-        float lane[L];
+        float lane[L] = {};
+        if constexpr (kAdd) std::memcpy(lane, S + r * ld + c, (cols - c) * sizeof(float));
+        y = kAdd ? detail::load<F>(lane) + y : y;
         detail::store(lane, y);
         std::memcpy(S + r * ld + c, lane, (cols - c) * sizeof(float));
       }
@@ -54,10 +57,11 @@ template <class F, int R, int NV>
   }
 }
 
-// The FMA paths: a f32 rows (row stride hdp), b pairs from column c0 (pair stride cp 32-bit words). The odd
-// element's product first, as vdpbf16ps; the products are exact, so contraction into FMA changes no bit.
-template <class F, int R, int NV>
-[[gnu::always_inline]] inline void fma_tile(const float* a, int64_t hdp, const std::uint32_t* b, int64_t cp,
+// The FMA paths: a f32 pairs (row r's pair p at pair index r * rs + p * ps), b pairs from column c0 (pair stride cp
+// 32-bit words). The odd element's product first, as vdpbf16ps; the products are exact, so contraction into FMA
+// changes no bit.
+template <bool kAdd, class F, int R, int NV>
+[[gnu::always_inline]] inline void fma_tile(const float* a, int64_t rs, int64_t ps, const std::uint32_t* b, int64_t cp,
                                             int64_t pairs, float scale, float* S, int64_t ld, int64_t c0,
                                             int64_t cols) {
   constexpr int64_t L = static_cast<int64_t>(sizeof(F) / sizeof(float));
@@ -79,7 +83,8 @@ template <class F, int R, int NV>
     }
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const F x_odd = splat<F>(a[r * hdp + 2 * p + 1]), x_even = splat<F>(a[r * hdp + 2 * p]);
+      const float* x = a + 2 * (r * rs + p * ps);
+      const F x_odd = splat<F>(x[1]), x_even = splat<F>(x[0]);
 #pragma GCC unroll 16
       for (int v = 0; v < NV; ++v) {
         acc[r][v] = acc[r][v] + x_odd * k_odd[v];
@@ -87,60 +92,64 @@ template <class F, int R, int NV>
       }
     }
   }
-  store_tile<F, R, NV>(acc, scale, S, ld, c0, cols);
+  store_tile<kAdd, F, R, NV>(acc, scale, S, ld, c0, cols);
 }
 
 // R rows by NV vectors of columns from c0, the last rows in tiles of R / 2 and 1.
-template <class F, int R, int NV>
-[[gnu::always_inline]] inline void fma_columns(const float* a, int64_t rows, int64_t hdp, const std::uint32_t* b,
+template <bool kAdd, class F, int R, int NV>
+[[gnu::always_inline]] inline void fma_columns(const float* a, int64_t rows, int64_t rs, int64_t ps, const std::uint32_t* b,
                                                int64_t cp, int64_t pairs, float scale, float* S, int64_t ld,
                                                int64_t c0, int64_t cols) {
   int64_t r = 0;
-  for (; r + R <= rows; r += R) fma_tile<F, R, NV>(a + r * hdp, hdp, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
+  for (; r + R <= rows; r += R) fma_tile<kAdd, F, R, NV>(a + 2 * r * rs, rs, ps, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
   if (r + R / 2 <= rows) {
-    fma_tile<F, R / 2, NV>(a + r * hdp, hdp, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
+    fma_tile<kAdd, F, R / 2, NV>(a + 2 * r * rs, rs, ps, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
     r += R / 2;
   }
-  for (; r < rows; ++r) fma_tile<F, 1, NV>(a + r * hdp, hdp, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
+  for (; r < rows; ++r) fma_tile<kAdd, F, 1, NV>(a + 2 * r * rs, rs, ps, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
 }
 
 // 32 columns a tile where they fit (8 rows on 16 lanes, 4 on fewer: the accumulators and key vectors stay in
 // registers), then 16.
-template <class F>
-[[gnu::always_inline]] inline void fma_scores(const float* a, int64_t rows, const float* b, int64_t cols, int64_t hd,
+template <bool kAdd, class F>
+[[gnu::always_inline]] inline void fma_scores(const Lhs& a, int64_t rows, const float* b, int64_t cols, int64_t hd,
                                               float scale, float* S, int64_t ld) {
   constexpr int L = static_cast<int>(sizeof(F) / sizeof(float)), R = L == 16 ? 8 : 4, NV = kPairCols / L;
-  const int64_t hdp = pair_dim(hd), pairs = hdp / 2, cp = padded_cols(cols);
+  const int64_t pairs = pair_dim(hd) / 2, cp = padded_cols(cols);
   const auto* b32 = reinterpret_cast<const std::uint32_t*>(b);
   int64_t c0 = 0;
   for (; c0 + 2 * kPairCols <= cp; c0 += 2 * kPairCols) {
-    fma_columns<F, R, 2 * NV>(a, rows, hdp, b32, cp, pairs, scale, S, ld, c0, cols);
+    fma_columns<kAdd, F, R, 2 * NV>(a.p, rows, a.rs, a.ps, b32, cp, pairs, scale, S, ld, c0, cols);
   }
-  if (c0 < cols) fma_columns<F, R, NV>(a, rows, hdp, b32, cp, pairs, scale, S, ld, c0, cols);
+  if (c0 < cols) fma_columns<kAdd, F, R, NV>(a.p, rows, a.rs, a.ps, b32, cp, pairs, scale, S, ld, c0, cols);
 }
 
-void scores_baseline(const float* a, int64_t rows, const float* b, int64_t cols, int64_t hd, float scale, float* S,
-                     int64_t ld) {
-  fma_scores<f32x4>(a, rows, b, cols, hd, scale, S, ld);
+void scores_baseline(const Lhs& a, int64_t rows, const float* b, int64_t cols, int64_t hd, float scale, bool add,
+                     float* S, int64_t ld) {
+  if (add) return fma_scores<true, f32x4>(a, rows, b, cols, hd, scale, S, ld);
+  fma_scores<false, f32x4>(a, rows, b, cols, hd, scale, S, ld);
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) void scores_avx2(const float* a, int64_t rows, const float* b, int64_t cols,
-                                                      int64_t hd, float scale, float* S, int64_t ld) {
-  fma_scores<detail::f32x8>(a, rows, b, cols, hd, scale, S, ld);
+__attribute__((target("avx2,fma"))) void scores_avx2(const Lhs& a, int64_t rows, const float* b, int64_t cols,
+                                                      int64_t hd, float scale, bool add, float* S, int64_t ld) {
+  if (add) return fma_scores<true, detail::f32x8>(a, rows, b, cols, hd, scale, S, ld);
+  fma_scores<false, detail::f32x8>(a, rows, b, cols, hd, scale, S, ld);
 }
 
-__attribute__((target("avx512f,avx512bw"))) void scores_avx512(const float* a, int64_t rows, const float* b,
-                                                               int64_t cols, int64_t hd, float scale, float* S,
-                                                               int64_t ld) {
-  fma_scores<detail::f32x16>(a, rows, b, cols, hd, scale, S, ld);
+__attribute__((target("avx512f,avx512bw"))) void scores_avx512(const Lhs& a, int64_t rows, const float* b,
+                                                               int64_t cols, int64_t hd, float scale, bool add,
+                                                               float* S, int64_t ld) {
+  if (add) return fma_scores<true, detail::f32x16>(a, rows, b, cols, hd, scale, S, ld);
+  fma_scores<false, detail::f32x16>(a, rows, b, cols, hd, scale, S, ld);
 }
 
-// vdpbf16ps: a bf16 rows (row stride hdp elements), one 32-bit pair broadcast per row and step, NV x 16 columns.
-template <int R, int NV>
+// vdpbf16ps: a bf16 pairs (row r's pair p the 32-bit word r * rs + p * ps), one pair broadcast per row and step, NV x
+// 16 columns.
+template <bool kAdd, int R, int NV>
 __attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) inline void bf16_tile(
-    const std::uint16_t* a, int64_t hdp, const std::uint32_t* b, int64_t cp, int64_t pairs, float scale, float* S,
-    int64_t ld, int64_t c0, int64_t cols) {
+    const std::uint32_t* a, int64_t rs, int64_t ps, const std::uint32_t* b, int64_t cp, int64_t pairs, float scale,
+    float* S, int64_t ld, int64_t c0, int64_t cols) {
   __m512 acc[R][NV];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
@@ -153,9 +162,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) inline voi
     for (int v = 0; v < NV; ++v) kv[v] = _mm512_loadu_si512(b + p * cp + c0 + v * kPairCols);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      std::uint32_t pair;
-      __builtin_memcpy(&pair, a + r * hdp + 2 * p, sizeof pair);
-      const __m512i x = _mm512_set1_epi32(static_cast<int>(pair));
+      const __m512i x = _mm512_set1_epi32(static_cast<int>(a[r * rs + p * ps]));
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)kv[v], (__m512bh)x);
     }
@@ -164,41 +171,49 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) inline voi
     detail::f32x16 out[R][1];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) out[r][0] = acc[r][v];
-    store_tile<detail::f32x16, R, 1>(out, scale, S, ld, c0 + v * kPairCols, cols);
+    store_tile<kAdd, detail::f32x16, R, 1>(out, scale, S, ld, c0 + v * kPairCols, cols);
   }
 }
 
-template <int NV>
+template <bool kAdd, int NV>
 __attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) inline void bf16_columns(
-    const std::uint16_t* a, int64_t rows, int64_t hdp, const std::uint32_t* b, int64_t cp, int64_t pairs,
+    const std::uint32_t* a, int64_t rows, int64_t rs, int64_t ps, const std::uint32_t* b, int64_t cp, int64_t pairs,
     float scale, float* S, int64_t ld, int64_t c0, int64_t cols) {
   // 8 x 2 accumulators: 2 key loads and 8 broadcasts per 16 vdpbf16ps (of the 32 vector registers); the last rows in
   // tiles of 4, 2 and 1.
   int64_t r = 0;
-  for (; r + 8 <= rows; r += 8) bf16_tile<8, NV>(a + r * hdp, hdp, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
+  for (; r + 8 <= rows; r += 8) bf16_tile<kAdd, 8, NV>(a + r * rs, rs, ps, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
   if (r + 4 <= rows) {
-    bf16_tile<4, NV>(a + r * hdp, hdp, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
+    bf16_tile<kAdd, 4, NV>(a + r * rs, rs, ps, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
     r += 4;
   }
   if (r + 2 <= rows) {
-    bf16_tile<2, NV>(a + r * hdp, hdp, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
+    bf16_tile<kAdd, 2, NV>(a + r * rs, rs, ps, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
     r += 2;
   }
-  if (r < rows) bf16_tile<1, NV>(a + r * hdp, hdp, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
+  if (r < rows) bf16_tile<kAdd, 1, NV>(a + r * rs, rs, ps, b, cp, pairs, scale, S + r * ld, ld, c0, cols);
 }
 
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void scores_avx512_bf16(const float* a, int64_t rows,
-                                                                              const float* b, int64_t cols,
-                                                                              int64_t hd, float scale, float* S,
-                                                                              int64_t ld) {
-  const int64_t hdp = pair_dim(hd), pairs = hdp / 2, cp = padded_cols(cols);
-  const auto* a16 = reinterpret_cast<const std::uint16_t*>(a);
+template <bool kAdd>
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void bf16_scores(const Lhs& a, int64_t rows, const float* b,
+                                                                       int64_t cols, int64_t hd, float scale,
+                                                                       float* S, int64_t ld) {
+  const int64_t pairs = pair_dim(hd) / 2, cp = padded_cols(cols);
+  const auto* a32 = reinterpret_cast<const std::uint32_t*>(a.p);
   const auto* b32 = reinterpret_cast<const std::uint32_t*>(b);
   int64_t c0 = 0;
   for (; c0 + 2 * kPairCols <= cp; c0 += 2 * kPairCols) {
-    bf16_columns<2>(a16, rows, hdp, b32, cp, pairs, scale, S, ld, c0, cols);
+    bf16_columns<kAdd, 2>(a32, rows, a.rs, a.ps, b32, cp, pairs, scale, S, ld, c0, cols);
   }
-  if (c0 < cols) bf16_columns<1>(a16, rows, hdp, b32, cp, pairs, scale, S, ld, c0, cols);
+  if (c0 < cols) bf16_columns<kAdd, 1>(a32, rows, a.rs, a.ps, b32, cp, pairs, scale, S, ld, c0, cols);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void scores_avx512_bf16(const Lhs& a, int64_t rows,
+                                                                              const float* b, int64_t cols,
+                                                                              int64_t hd, float scale, bool add,
+                                                                              float* S, int64_t ld) {
+  if (add) return bf16_scores<true>(a, rows, b, cols, hd, scale, S, ld);
+  bf16_scores<false>(a, rows, b, cols, hd, scale, S, ld);
 }
 #endif
 
@@ -261,19 +276,32 @@ void pack_rows(DotIsa isa, const std::uint16_t* a, int64_t ld, int64_t rows, int
   }
 }
 
-void scores(DotIsa isa, const float* a, int64_t rows, const float* b, int64_t cols, int64_t hd, float scale, float* S,
-            int64_t ld) {
+namespace {
+
+void dots(DotIsa isa, const Lhs& a, int64_t rows, const float* b, int64_t cols, int64_t k, float scale, bool add,
+          float* S, int64_t ld) {
   CLEAVE_ASSERT(dot_isa_available(isa), "flash_attention: dot-product path {} is not available on this CPU",
                 static_cast<int>(isa));
 #if defined(__x86_64__)
   switch (isa) {
-    case DotIsa::kAvx512Bf16: return scores_avx512_bf16(a, rows, b, cols, hd, scale, S, ld);
-    case DotIsa::kAvx512: return scores_avx512(a, rows, b, cols, hd, scale, S, ld);
-    case DotIsa::kAvx2: return scores_avx2(a, rows, b, cols, hd, scale, S, ld);
+    case DotIsa::kAvx512Bf16: return scores_avx512_bf16(a, rows, b, cols, k, scale, add, S, ld);
+    case DotIsa::kAvx512: return scores_avx512(a, rows, b, cols, k, scale, add, S, ld);
+    case DotIsa::kAvx2: return scores_avx2(a, rows, b, cols, k, scale, add, S, ld);
     case DotIsa::kBaseline: break;
   }
 #endif
-  scores_baseline(a, rows, b, cols, hd, scale, S, ld);
+  scores_baseline(a, rows, b, cols, k, scale, add, S, ld);
+}
+}  // namespace
+
+void scores(DotIsa isa, const float* a, int64_t rows, const float* b, int64_t cols, int64_t hd, float scale, float* S,
+            int64_t ld) {
+  dots(isa, Lhs{a, pair_dim(hd) / 2, 1}, rows, b, cols, hd, scale, false, S, ld);
+}
+
+void products(DotIsa isa, const Lhs& a, int64_t rows, const float* b, int64_t cols, int64_t k, float* C,
+              int64_t ld) {
+  dots(isa, a, rows, b, cols, k, 1.0f, true, C, ld);
 }
 
 }  // namespace cleave::kernels::cpu::flash_dots

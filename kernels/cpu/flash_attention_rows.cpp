@@ -7,6 +7,7 @@
 // 32- and 64-byte vector arguments without AVX does not apply (before vec_math.hpp, where it is reported).
 #pragma GCC diagnostic ignored "-Wpsabi"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -90,9 +91,15 @@ template <class F>
   for (; i < n; ++i) y[i] *= a;
 }
 
+// x rounded to the nearest multiple of ln 2 (in f32: nearbyint(x log2 e) ln 2); idempotent on its results.
+[[gnu::always_inline]] inline float to_ln2_multiple(float x) {
+  constexpr float kLog2e = 1.44269504088896340736f, kLn2 = 0.693147180559945309417f;
+  return std::nearbyint(x * kLog2e) * kLn2;
+}
+
 template <class F>
 [[gnu::always_inline]] inline void softmax_update_body(const FlashAttentionShape& s, const BlockRows& blk, float* S,
-                                                       float* m, float* l, float* acc, int64_t hd) {
+                                                       float* m, float* l, float* acc, int64_t hd, bool ln2_shift) {
   for (int64_t r = 0; r < blk.rows; ++r) {
     float* srow = S + r * blk.ld;
     const int64_t pi = blk.p_first + r;
@@ -102,7 +109,8 @@ template <class F>
       std::fill(srow, srow + blk.cols, 0.0f);
       continue;
     }
-    const float m_new = std::max(m[r], max_of<F>(srow + a, e - a));
+    float m_new = std::max(m[r], max_of<F>(srow + a, e - a));
+    if (ln2_shift) m_new = to_ln2_multiple(m_new);
     const float alpha = m[r] == kNegInf ? 0.0f : detail::exp_vec(broadcast<F>(m[r] - m_new))[0];
     const float sum = exp_store<F, true>(srow + a, m_new, srow + a, e - a);
     std::fill(srow, srow + a, 0.0f);
@@ -169,8 +177,8 @@ template <class F>
 // A macro, like gelu.cpp's, so each path carries its target attribute.
 #define CLEAVE_FLASH_ROW_PATHS(suffix, F, ...)                                                                     \
   __VA_ARGS__ void softmax_update_##suffix(const FlashAttentionShape& s, const BlockRows& blk, float* S, float* m, \
-                                           float* l, float* acc, int64_t hd) {                                     \
-    softmax_update_body<F>(s, blk, S, m, l, acc, hd);                                                              \
+                                           float* l, float* acc, int64_t hd, bool ln2_shift) {                     \
+    softmax_update_body<F>(s, blk, S, m, l, acc, hd, ln2_shift);                                                   \
   }                                                                                                                \
   __VA_ARGS__ void probabilities_##suffix(const FlashAttentionShape& s, const BlockRows& blk, const float* lse,     \
                                           float* S) {                                                              \
@@ -195,8 +203,8 @@ CLEAVE_FLASH_ROW_PATHS(avx512, detail::f32x16, __attribute__((target("avx512f"),
 }  // namespace
 
 void softmax_update(VectorIsa isa, const FlashAttentionShape& s, const BlockRows& blk, float* S, float* m, float* l,
-                    float* acc, int64_t hd) {
-  isa_path(isa, "flash_attention_forward", CLEAVE_ISA_PATHS(softmax_update))(s, blk, S, m, l, acc, hd);
+                    float* acc, int64_t hd, bool ln2_shift) {
+  isa_path(isa, "flash_attention_forward", CLEAVE_ISA_PATHS(softmax_update))(s, blk, S, m, l, acc, hd, ln2_shift);
 }
 
 void probabilities(VectorIsa isa, const FlashAttentionShape& s, const BlockRows& blk, const float* lse, float* S) {

@@ -33,8 +33,11 @@ struct BlockRows {
 // Forward, over S [rows, ld]: S's visible entries become exp(S - m_new) (m_new the row's new maximum), the rest
 // exact zeros; l = l * alpha + rowsum, m = m_new, and the rows of acc [rows, hd] are scaled by alpha =
 // exp(m_old - m_new) (0 when m_old is -inf). A row with no visible key is zeroed and keeps m, l, acc.
+// ln2_shift (the kernels that round P to bf16): m_new is the maximum rounded to the nearest multiple of ln 2, so P
+// is at most sqrt(2) and two shifts of one row differ by a power of two up to f32 rounding: P's bf16 rounding then
+// does not depend on which keys the running maximum has seen (ring attention's pieces round P as one call does).
 void softmax_update(VectorIsa isa, const FlashAttentionShape& s, const BlockRows& blk, float* S, float* m, float* l,
-                    float* acc, int64_t hd);
+                    float* acc, int64_t hd, bool ln2_shift = false);
 
 // Backward, over S [rows, ld]: P = exp(S - lse[r]) on the visible entries, exact zeros elsewhere and on rows whose
 // lse is -inf (rows that see no key at all).

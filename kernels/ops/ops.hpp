@@ -161,6 +161,11 @@ struct AttentionParams {
   bool causal = true;          // false: every key is visible (window must be <= 0)
   float scale = 0.0f;          // softmax scale; 0 means 1 / sqrt(hd)
   bool accumulate_grads = false;  // backward only: dq, dk, dv += instead of =
+  // f32 tensors that hold bf16 values, one block of a bf16 attention run in pieces (ring attention): the backend
+  // rounds inside as its bf16 attention does, so the merged pieces are one bf16 call's result up to the order of
+  // f32 sums, with f32 results (CPU: P and dS rounded to bf16 before the value products, docs/ops.md "Attention";
+  // CUDA: its bf16 kernel rounds neither, so nothing changes). Ignored for bf16 tensors.
+  bool bf16_roundings = false;
 };
 void attention_forward(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                        const Tensor& lse, const AttentionParams& params);

@@ -45,6 +45,7 @@ struct Geometry {
   std::int64_t b = 0, c = 0;  // batch, chunk length
   std::int64_t hq = 0, hkv = 0, hd = 0;
   std::int64_t window = 0;  // sliding window in keys, 0: none
+  bool bf16 = false;        // the blocks hold bf16 values (widened): device.precision bf16
   std::int64_t q_cols() const { return hq * hd; }
   std::int64_t kv_cols() const { return hkv * hd; }
   // Global chunk index of chunk k (0 or 1) of rank `of`.
@@ -56,11 +57,13 @@ Geometry geometry(const Context& ctx, std::int64_t b, std::int64_t tl, const Rin
                 "{}: ring attention without its cp group", who);
   CLEAVE_CHECK(tl % kChunks == 0, "{}: ring attention needs an even number of local tokens, got {}", who, tl);
   CLEAVE_ASSERT(h.window >= 0, "{}: sliding window {} must be >= 0", who, h.window);
-  return {ctx.cp.size, ctx.cp.rank, b, tl / kChunks, h.q_heads, h.kv_heads, h.head_dim, h.window};
+  return {ctx.cp.size, ctx.cp.rank, b, tl / kChunks, h.q_heads, h.kv_heads, h.head_dim, h.window,
+          ctx.compute_dtype() == DType::kBF16};
 }
 
 BlockParams block_params(const Geometry& g, int q_chunk, int k_chunk) {
   BlockParams p;
+  p.bf16_roundings = g.bf16;  // the widened blocks rounded inside as one rank's bf16 attention rounds
   p.q_heads = g.hq;
   p.kv_heads = g.hkv;
   p.q_offset = q_chunk * g.c;

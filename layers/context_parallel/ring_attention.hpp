@@ -14,9 +14,11 @@
 // owner. Partial gradients are summed in a fixed order per rank: deterministic.
 // Precision (docs/ops.md: bf16 operands, f32 accumulation): the block outputs, their merge, dQ and the travelling
 // dK, dV are f32 in either precision; under bf16 the blocks run on widened copies of the bf16 q, k, v (and, in the
-// backward, the rounded out and dout, as one rank's backward reads them) and each result is rounded once at the end,
-// so a bf16 ring differs from one rank's bf16 attention by one rounding of an f32 reassociation at most. The K/V
-// blocks travel in the compute dtype, dK/dV in f32.
+// backward, the rounded out and dout, as one rank's backward reads them), rounding P and dS to bf16 before their
+// value products as one rank's bf16 attention does (AttentionParams::bf16_roundings; on the CPU P's shift is a
+// multiple of ln 2, so a block rounds P as the whole row's call does), and each result is rounded once at the end,
+// so a bf16 ring differs from one rank's bf16 attention by one rounding of an f32 reassociation at most (a P or dS
+// rounding tipped by the reassociation aside). The K/V blocks travel in the compute dtype, dK/dV in f32.
 //
 // qkv [B, Tl, (Hq + 2·Hkv)·hd] packed q | k | v; out [B, Tl, Hq·hd]; dqkv like qkv. Stash: {q chunk 0, q
 // chunk 1, k 0, k 1, v 0, v 1, out 0, out 1, lse 0, lse 1} (chunk-major copies [B, c, ...], lse [B, Hq, c]

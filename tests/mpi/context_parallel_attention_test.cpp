@@ -181,12 +181,16 @@ TEST(ContextParallelAttention, RingMatchesOneRankWithGroupedQueryHeads) {
 }
 
 // bf16 (device.precision bf16): q, k, v, out and dout bf16 on every rank; the reference is one rank's bf16 core over
-// the whole sequence, which accumulates in f32 and rounds its out and dqkv once. Ring keeps that contract (f32 block
-// outputs merged in f32, dq and the travelling dK/dV summed in f32, each rounded once at the end), so every element
-// is the reference's up to one rounding of an f32 value that differs by reassociation only: |got - want| <=
-// ulp(want) + 1e-6 · max |want| element-wise. Before, the block outputs were rounded to bf16 before each merge and
-// dq, dK, dV summed in bf16 across the ring's steps: 6-9% of out's and 5-11% of dqkv's elements failed this bound
-// (cp2, both cases).
+// the whole sequence, which rounds P and dS to bf16 before its value products, accumulates in f32 and rounds its out
+// and dqkv once. Ring keeps that contract (its widened blocks round P and dS as one rank does, AttentionParams::
+// bf16_roundings, P shifted by a multiple of ln 2 so its rounding does not depend on where the block's running
+// maximum stands; f32 block outputs merged in f32, dq and the travelling dK/dV summed in f32, each rounded once at
+// the end), so every element is the reference's up to one rounding of an f32 value that differs by reassociation
+// only (and a rare P or dS rounding that an f32 reordering tips: none here): |got - want| <= ulp(want) + 1e-6 ·
+// max |want| element-wise. Without the blocks' roundings 7-18% of out's and dqkv's elements failed this bound (cp2,
+// 2026-11-30), with them but P shifted by the block's own running maximum 3-7%. Earlier, the block outputs were
+// rounded to bf16 before each merge and dq, dK, dV summed in bf16 across the ring's steps: 6-9% of out's and 5-11%
+// of dqkv's elements failed this bound (cp2, both cases).
 Tensor as_dtype(const Tensor& x, DType dtype) {
   Context host;
   Tensor out = Tensor::empty(x.shape(), dtype, MemoryCategory::kActivations, cpu_allocator());

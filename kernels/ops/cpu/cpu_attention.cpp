@@ -51,7 +51,12 @@ class AttentionViews {
   int ins_ = 0, outs_ = 0;
 };
 
-kc::FlashAttentionShape flash_shape(const AttentionProblem& p) { return flash_shape_of<kc::FlashAttentionShape>(p); }
+// The CPU kernel's shape; bf16_roundings (ops.hpp) asks the f32 kernel for the bf16 kernel's P and dS roundings.
+kc::FlashAttentionShape flash_shape(const AttentionProblem& p) {
+  kc::FlashAttentionShape s = flash_shape_of<kc::FlashAttentionShape>(p);
+  s.round_probabilities = p.params.bf16_roundings;
+  return s;
+}
 
 Tensor flash_workspace(const Context& ctx, const kc::FlashAttentionShape& s, int threads, bool bf16) {
   const auto floats = static_cast<std::int64_t>(kc::flash_attention_workspace_floats(s, threads, bf16));

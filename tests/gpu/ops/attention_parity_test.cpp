@@ -13,8 +13,10 @@
 // Tolerances (relative to each element plus the tensor's scale, parity_util.hpp):
 //  - f32 1e-4: the same sums in another order (per-tile online softmax on the GPU, 64 x 128 BLAS blocks on the
 //    CPU) and expf vs the CPU's polynomial exp, a few f32 ulps each, grown by the backward chain.
-//  - bf16 2e-2: the inputs are the same bf16 values and both sides compute in f32, so they differ by the f32
-//    error above plus one final bf16 rounding (2^-9 relative) that can fall on either side of a tie.
+//  - bf16 2e-2: the inputs are the same bf16 values and both sides accumulate in f32; the CPU kernel rounds P and
+//    dS to bf16 before its value products (half a bf16 ulp of each term, measured at a few 1e-3 of the tensor's
+//    scale, docs/ops.md "Attention"), so they differ by that, the f32 error above and one final bf16 rounding
+//    (2^-9 relative) that can fall on either side of a tie.
 #include <cmath>
 #include <limits>
 

@@ -33,7 +33,8 @@ struct RowOutputs {
 };
 
 // Every op on the same inputs through isa: blk covers rows 0..rows-1 against keys [kb, kb + cols).
-RowOutputs run_ops(VectorIsa isa, const FlashAttentionShape& s, const flash_rows::BlockRows& blk, uint64_t seed) {
+RowOutputs run_ops(VectorIsa isa, const FlashAttentionShape& s, const flash_rows::BlockRows& blk, uint64_t seed,
+                   bool ln2_shift = false) {
   const int64_t n = blk.rows * blk.ld, hd = s.head_dim;
   RowOutputs o;
   o.S = test::random_floats(static_cast<size_t>(n), seed, 4.0f);
@@ -41,7 +42,7 @@ RowOutputs run_ops(VectorIsa isa, const FlashAttentionShape& s, const flash_rows
   o.m[0] = kNegInf;  // a row seen for the first time
   o.l = test::random_floats(o.m.size(), seed + 2);
   o.acc = test::random_floats(static_cast<size_t>(blk.rows * hd), seed + 3);
-  flash_rows::softmax_update(isa, s, blk, o.S.data(), o.m.data(), o.l.data(), o.acc.data(), hd);
+  flash_rows::softmax_update(isa, s, blk, o.S.data(), o.m.data(), o.l.data(), o.acc.data(), hd, ln2_shift);
   auto lse = test::random_floats(o.m.size(), seed + 4);
   lse[1] = kNegInf;  // a row that sees no key
   o.P = test::random_floats(static_cast<size_t>(n), seed + 5, 4.0f);
@@ -65,18 +66,64 @@ TEST(FlashAttentionRows, EveryIsaPathGivesTheSameBits) {
   for (int64_t cols : {1, 7, 16, 33, 128}) {
     // Rows at positions 60.. see keys [pos - 39, pos + 1): against block [kb, kb + cols) every cut point appears.
     const flash_rows::BlockRows blk{60, 45, 40, cols, cols + 3};
-    const RowOutputs base = run_ops(VectorIsa::kBaseline, s, blk, 11);
+    for (bool shift : {false, true}) {
+    const RowOutputs base = run_ops(VectorIsa::kBaseline, s, blk, 11, shift);
     for (VectorIsa isa : {VectorIsa::kAvx2, VectorIsa::kAvx512}) {
       if (!vector_isa_available(isa)) continue;
-      const RowOutputs o = run_ops(isa, s, blk, 11);
+      const RowOutputs o = run_ops(isa, s, blk, 11, shift);
       const char* names[] = {"S", "m", "l", "acc", "P", "dS", "D"};
       const std::vector<float>* got[] = {&o.S, &o.m, &o.l, &o.acc, &o.P, &o.dS, &o.D};
       const std::vector<float>* want[] = {&base.S, &base.m, &base.l, &base.acc, &base.P, &base.dS, &base.D};
       for (int i = 0; i < 7; ++i) {
-        EXPECT_TRUE(same_bits(*got[i], *want[i])) << names[i] << ", isa " << static_cast<int>(isa) << ", cols " << cols;
+        EXPECT_TRUE(same_bits(*got[i], *want[i]))
+            << names[i] << ", isa " << static_cast<int>(isa) << ", cols " << cols << ", ln2 shift " << shift;
       }
     }
+    }
   }
+}
+
+// ln2_shift (the kernels that round P): the new m is the row's maximum rounded to the nearest multiple of ln 2 (so P
+// is at most sqrt(2)), a second update whose block holds nothing larger keeps it (alpha exactly 1, acc untouched),
+// and S, l are the update's with that shift.
+TEST(FlashAttentionRows, Ln2ShiftIsTheMaximumRoundedToAMultipleOfLn2) {
+  const FlashAttentionShape s = masked_shape(200);
+  const flash_rows::BlockRows blk{60, 45, 40, 33, 36};
+  const RowOutputs o = run_ops(best_vector_isa(), s, blk, 11, true);
+  const auto S = test::random_floats(static_cast<size_t>(blk.rows * blk.ld), 11, 4.0f);
+  auto m = test::random_floats(static_cast<size_t>(blk.rows), 12);
+  m[0] = kNegInf;
+  const auto l = test::random_floats(m.size(), 13);
+  const double ln2 = std::log(2.0);
+  int checked = 0;
+  for (int64_t r = 0; r < blk.rows; ++r) {
+    const int64_t pi = blk.p_first + r;
+    const int64_t a = std::clamp<int64_t>(flash_rows::key_lo(s, pi) - blk.kb, 0, blk.cols);
+    const int64_t e = std::clamp<int64_t>(flash_rows::key_hi(s, pi) - blk.kb, 0, blk.cols);
+    if (a >= e) continue;
+    double mx = m[r];
+    for (int64_t j = a; j < e; ++j) mx = std::max<double>(mx, S[r * blk.ld + j]);
+    const double shift = std::nearbyint(mx / ln2) * ln2;
+    EXPECT_NEAR(o.m[r], shift, 1e-6 * (1 + std::abs(shift))) << "row " << r;
+    double sum = 0;
+    for (int64_t j = a; j < e; ++j) {
+      const double p = std::exp(S[r * blk.ld + j] - shift);
+      sum += p;
+      EXPECT_LE(o.S[r * blk.ld + j], std::sqrt(2.0) * (1 + 1e-6)) << "row " << r << " col " << j;
+      EXPECT_NEAR(o.S[r * blk.ld + j], p, 2e-6 * (1 + p)) << "row " << r << " col " << j;
+    }
+    const double alpha = m[r] == kNegInf ? 0.0 : std::exp(m[r] - shift);
+    EXPECT_NEAR(o.l[r], l[r] * alpha + sum, 1e-5 * (l[r] * alpha + sum)) << "row " << r;
+    ++checked;
+  }
+  EXPECT_GT(checked, 20);
+  // Again with scores all below the shift: m stays, alpha is exactly 1, acc keeps its bits.
+  auto m2 = o.m, l2 = o.l, acc2 = o.acc;
+  std::vector<float> S2(static_cast<size_t>(blk.rows * blk.ld), -50.0f);
+  flash_rows::softmax_update(best_vector_isa(), s, blk, S2.data(), m2.data(), l2.data(), acc2.data(), s.head_dim,
+                             true);
+  EXPECT_TRUE(same_bits(m2, o.m));
+  EXPECT_TRUE(same_bits(acc2, o.acc));
 }
 
 TEST(FlashAttentionRows, SoftmaxUpdateMatchesDoubleReference) {

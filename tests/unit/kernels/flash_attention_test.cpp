@@ -31,10 +31,15 @@ struct Case {
   int64_t B, Tq, Tk, Hq, Hkv, hd;
   int64_t q0 = 0, k0 = 0, window = 0;
   bool causal = true;
+  bool round_p = false;  // FlashAttentionShape::round_probabilities (the f32 kernel only)
 };
 
+// The results, and the sums of the magnitudes of their terms (out: sum_j p_ij |v_j|; dv: sum_i p_ij |dout_i|;
+// dq: sum_j |ds_ij| |k_j|; dk: sum_i |ds_ij| |q_i|), the scale of the error of rounding p and ds; dq and dk also carry
+// what out's rounded p move D = dout . out by (sum_d |dout_id| out_mag_id), through ds = p (dp - D) scale.
 struct Ref {
   std::vector<double> out, lse, dq, dk, dv;
+  std::vector<double> out_mag, dq_mag, dk_mag, dv_mag;
 };
 
 bool visible(const Case& c, int64_t i, int64_t j) {
@@ -52,6 +57,10 @@ Ref reference(const Case& c, const std::vector<float>& q, const std::vector<floa
   r.dq.assign(q.size(), 0.0);
   r.dk.assign(k.size(), 0.0);
   r.dv.assign(v.size(), 0.0);
+  r.out_mag.assign(q.size(), 0.0);
+  r.dq_mag.assign(q.size(), 0.0);
+  r.dk_mag.assign(k.size(), 0.0);
+  r.dv_mag.assign(v.size(), 0.0);
   r.lse.assign(static_cast<size_t>(c.B * c.Hq * c.Tq), -std::numeric_limits<double>::infinity());
   std::vector<double> p(static_cast<size_t>(c.Tk));
   for (int64_t b = 0; b < c.B; ++b) {
@@ -77,21 +86,29 @@ Ref reference(const Case& c, const std::vector<float>& q, const std::vector<floa
         r.lse[(b * c.Hq + h) * c.Tq + i] = mx + std::log(sum);
         for (int64_t j = 0; j < c.Tk; ++j) p[j] = visible(c, i, j) ? std::exp(p[j] - mx) / sum : 0.0;
         double* oi = &r.out[(b * c.Tq + i) * ldq + h * hd];
+        double* oi_mag = &r.out_mag[(b * c.Tq + i) * ldq + h * hd];
         for (int64_t j = 0; j < c.Tk; ++j) {
-          for (int64_t d = 0; d < hd && p[j] != 0.0; ++d) oi[d] += p[j] * v[(b * c.Tk + j) * ldk + g * hd + d];
+          for (int64_t d = 0; d < hd && p[j] != 0.0; ++d) {
+            oi[d] += p[j] * v[(b * c.Tk + j) * ldk + g * hd + d];
+            oi_mag[d] += p[j] * std::fabs(v[(b * c.Tk + j) * ldk + g * hd + d]);
+          }
         }
         const float* doi = &dout[(b * c.Tq + i) * ldq + h * hd];
-        double D = 0.0;
-        for (int64_t d = 0; d < hd; ++d) D += double(doi[d]) * oi[d];
+        double D = 0.0, D_mag = 0.0;  // D_mag: what out's rounded P move D by, in half ulps
+        for (int64_t d = 0; d < hd; ++d) D += double(doi[d]) * oi[d], D_mag += std::fabs(double(doi[d])) * oi_mag[d];
         for (int64_t j = 0; j < c.Tk; ++j) {
           if (p[j] == 0.0) continue;
           double dp = 0.0;
           for (int64_t d = 0; d < hd; ++d) dp += double(doi[d]) * v[(b * c.Tk + j) * ldk + g * hd + d];
           const double ds = p[j] * (dp - D) * scale;
           for (int64_t d = 0; d < hd; ++d) {
-            r.dq[(b * c.Tq + i) * ldq + h * hd + d] += ds * k[(b * c.Tk + j) * ldk + g * hd + d];
-            r.dk[(b * c.Tk + j) * ldk + g * hd + d] += ds * qi[d];
-            r.dv[(b * c.Tk + j) * ldk + g * hd + d] += p[j] * doi[d];
+            const size_t at_q = (b * c.Tq + i) * ldq + h * hd + d, at_k = (b * c.Tk + j) * ldk + g * hd + d;
+            r.dq[at_q] += ds * k[at_k];
+            r.dk[at_k] += ds * qi[d];
+            r.dv[at_k] += p[j] * doi[d];
+            r.dq_mag[at_q] += std::fabs(ds * k[at_k]) + p[j] * D_mag * scale * std::fabs(k[at_k]);
+            r.dk_mag[at_k] += std::fabs(ds * qi[d]) + p[j] * D_mag * scale * std::fabs(qi[d]);
+            r.dv_mag[at_k] += std::fabs(p[j] * doi[d]);
           }
         }
       }
@@ -123,6 +140,7 @@ FlashAttentionShape shape_of(const Case& c) {
   s.window = c.window;
   s.causal = c.causal;
   s.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+  s.round_probabilities = c.round_p;
   return s;
 }
 
@@ -339,22 +357,121 @@ TEST(FlashAttention, MergedKeyChunksEqualFullAttention) {
   expect_close(dkb, chunk(want.dk, split, full.Tk), 1e-5, 1e-4, "chunk b dk");
 }
 
-// bf16 operands (kernels/cpu/flash_attention_dots.hpp for the score products, the other blocks widened as they are
-// loaded, f32 statistics and accumulation, outputs narrowed once) against the double reference on the widened
-// operands: every shape above (GQA groups, head dims 6 and 64, rows that see no key, windows, offsets, non-causal,
-// T 1000 with the backward's query chunks), 1 and 2 threads with the same bits, gradients written and accumulated
-// onto non-zero bf16 values; and the packed q | k | v layout (row stride larger than a head block) with the
-// unpacked bits. Bound: each output within half a bf16 ulp of the f32 kernel's error (out, lse), the gradients
-// also carry the narrowed out's error through D = rowsum(dO * O).
+// Elements of got farther from want than an f32 reordering moves them (1e-5 of 1 + |want|), as a fraction of all.
+double fraction_beyond_reordering(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  size_t beyond = 0;
+  for (size_t i = 0; i < got.size(); ++i) beyond += std::abs(got[i] - want[i]) > 1e-5 * (1.0 + std::abs(want[i]));
+  return static_cast<double>(beyond) / static_cast<double>(got.size());
+}
+
+// Ring attention's step in bf16 (round_probabilities: the f32 kernel on bf16 values rounds P and dS as the bf16 kernel
+// does): key chunks [0, 60) and [60, 130) merged round P as the whole call does, since P's shift is the running
+// maximum rounded to a multiple of ln 2, so a chunk's P is the whole call's times a power of two up to f32 rounding;
+// the backward's P and dS come from the merged lse either way. Bound: out, lse, dq, dk, dv within an f32 reordering
+// except where one tips a P or dS rounding: under 1% of the elements (measured 2026-11-30: 0-0.3%; with P shifted
+// by each chunk's own maximum its roundings differ from the whole call's in every row, and most of out's elements
+// fail), and those within a bf16 ulp (2^-8) of the tensor's largest value.
+TEST(FlashAttention, RoundedProbabilitiesInKeyChunksRoundAsTheWholeCall) {
+  Case full{"full", 2, 130, 130, 6, 2, 6, 0, 0, 50};
+  full.round_p = true;
+  const int64_t hd = full.hd, split = 60;
+  const auto q = test::widened(test::random_bf16(static_cast<size_t>(full.B * full.Tq * full.Hq * hd), 23, 2.0f));
+  const auto k = test::widened(test::random_bf16(static_cast<size_t>(full.B * full.Tk * full.Hkv * hd), 24, 2.0f));
+  const auto v = test::widened(test::random_bf16(k.size(), 25));
+  const auto dout = test::widened(test::random_bf16(q.size(), 26));
+  const KernelRun want = run_kernel(full, q, k, v, dout, 2);
+  auto chunk = [&](const std::vector<float>& x, int64_t lo, int64_t hi) {
+    std::vector<float> c;
+    const int64_t w = full.Hkv * hd;
+    for (int64_t b = 0; b < full.B; ++b) {
+      c.insert(c.end(), x.begin() + (b * full.Tk + lo) * w, x.begin() + (b * full.Tk + hi) * w);
+    }
+    return c;
+  };
+  Case a{"a", full.B, full.Tq, split, 6, 2, hd, 0, 0, full.window};
+  Case b{"b", full.B, full.Tq, full.Tk - split, 6, 2, hd, 0, split, full.window};
+  a.round_p = b.round_p = true;
+  const auto ka = chunk(k, 0, split), va = chunk(v, 0, split), kb = chunk(k, split, full.Tk), vb = chunk(v, split, full.Tk);
+  const KernelRun ra = run_kernel(a, q, ka, va, dout, 2), rb = run_kernel(b, q, kb, vb, dout, 2);
+  std::vector<float> out = ra.out, lse = ra.lse;
+  attention_merge(out.data(), lse.data(), rb.out.data(), rb.lse.data(), out.data(), lse.data(), full.B, full.Tq,
+                  full.Hq, hd);
+  std::vector<float> dq(q.size(), 0.0f), dka(ka.size()), dva(va.size()), dkb(kb.size()), dvb(vb.size());
+  for (const Case* cs : {&a, &b}) {
+    const FlashAttentionShape s = shape_of(*cs);
+    std::vector<float> ws(flash_attention_workspace_floats(s, 2));
+    const bool first = cs == &a;
+    flash_attention_backward(q.data(), (first ? ka : kb).data(), (first ? va : vb).data(), out.data(), lse.data(),
+                             dout.data(), dq.data(), (first ? dka : dkb).data(), (first ? dva : dvb).data(), s, true,
+                             ws.data(), 2);
+  }
+  struct Check {
+    const char* name;
+    const std::vector<float>& got;
+    std::vector<float> want;
+  };
+  const Check checks[] = {{"out", out, want.out},
+                          {"lse", lse, want.lse},
+                          {"dq", dq, want.dq},
+                          {"chunk a dk", dka, chunk(want.dk, 0, split)},
+                          {"chunk a dv", dva, chunk(want.dv, 0, split)},
+                          {"chunk b dk", dkb, chunk(want.dk, split, full.Tk)},
+                          {"chunk b dv", dvb, chunk(want.dv, split, full.Tk)}};
+  for (const Check& c : checks) {
+    EXPECT_LT(fraction_beyond_reordering(c.got, c.want), 0.01) << c.name;
+    double largest = 0;
+    for (float x : c.want) largest = std::max(largest, double{std::abs(x)});
+    expect_close(c.got, c.want, std::ldexp(largest, -8), 1e-5, std::string("rounded chunks ") + c.name);
+  }
+  // The control: without the roundings' shared shift the test would see nothing, so the roundings must be there.
+  Case plain = full;
+  plain.round_p = false;
+  EXPECT_GT(fraction_beyond_reordering(run_kernel(plain, q, k, v, dout, 2).out, want.out), 0.5)
+      << "round_probabilities changed nothing";
+}
+
+// bf16 operands (kernels/cpu/flash_attention_dots.hpp: the score products on the bf16 dot path, P and dS rounded to
+// bf16 before the value products, which run on the dot path or the f32 GEMM, f32 statistics and accumulation, outputs
+// narrowed once) against the double reference
+// on the widened operands: every shape above (GQA groups, head dims 6 and 64, rows that see no key, windows,
+// offsets, non-causal, T 1000 with the backward's query chunks), 1 and 2 threads with the same bits, gradients
+// written and accumulated onto non-zero bf16 values; and the packed q | k | v layout (row stride larger than a head
+// block) with the unpacked bits. Bound: each output within half a bf16 ulp of itself plus half a bf16 ulp of the sum
+// of its terms' magnitudes (the rounding of p and ds, at most half an ulp each, the row maximum's p too: its shift is
+// a multiple of ln 2, so a row that sees one key no longer gets v and zero gradients exactly) plus the f32 kernel's
+// error; lse as the f32 kernel; the gradients also carry the narrowed out's error and out's rounded p through D =
+// rowsum(dO * O).
 double max_abs(const std::vector<double>& x) {
   double m = 0.0;
   for (double e : x) m = std::max(m, std::fabs(e));
   return m;
 }
 
-TEST(FlashAttention, Bf16MatchesDoubleReference) {
+// |got - want| <= atol + rtol (|want| + mag) element by element.
+void expect_within(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& mag,
+                   double atol, double rtol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t wrong = 0;
+  std::string first;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool ok = std::fabs(got[i] - want[i]) <= atol + rtol * (std::fabs(want[i]) + mag[i]);  // false for NaN
+    if (!ok && wrong++ < 5) {
+      first += "\n  [" + std::to_string(i) + "] got " + std::to_string(got[i]) + " want " + std::to_string(want[i]) +
+               " magnitude " + std::to_string(mag[i]);
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " of " << got.size() << " elements differ" << first;
+}
+
+// Each value-product path forced (the dot path runs on the FMA paths' copy of its bits where the CPU lacks the
+// instruction), so the test does not depend on the machine.
+class FlashAttentionBf16Test : public ::testing::TestWithParam<FlashValuePath> {};
+
+TEST_P(FlashAttentionBf16Test, MatchesDoubleReference) {
   using test::random_bf16;
   using test::widened;
+  const FlashValuePath path = GetParam();
   for (const Case& c : kCases) {
     const FlashAttentionShape s = shape_of(c);
     const auto nq = static_cast<size_t>(c.B * c.Tq * c.Hq * c.hd), nk = static_cast<size_t>(c.B * c.Tk * c.Hkv * c.hd);
@@ -369,19 +486,20 @@ TEST(FlashAttention, Bf16MatchesDoubleReference) {
       std::vector<float> ws(flash_attention_workspace_floats(s, threads, true), std::nanf(""));
       std::vector<uint16_t> out(nq, 0x7fc1);
       auto lse = poisoned(want.lse.size());
-      flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), s, ws.data(), threads);
-      expect_close(widened(out), want.out, tol, kHalfUlp, at + " out");
+      flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), s, ws.data(), threads, path);
+      expect_within(widened(out), want.out, want.out_mag, tol, kHalfUlp, at + " out");
       expect_close(no_inf(lse), no_inf(want.lse), tol, tol, at + " lse");
       for (bool acc : {false, true}) {
         std::vector<uint16_t> dq = acc ? dq0 : std::vector<uint16_t>(nq, 0x7fc1);
         std::vector<uint16_t> dk = acc ? dk0 : std::vector<uint16_t>(nk, 0x7fc1);
         std::vector<uint16_t> dv = acc ? dv0 : std::vector<uint16_t>(nk, 0x7fc1);
         flash_attention_backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
-                                 dk.data(), dv.data(), s, acc, ws.data(), threads);
+                                 dk.data(), dv.data(), s, acc, ws.data(), threads, path);
         const std::string what = at + (acc ? " accumulate" : " write");
         const std::vector<uint16_t>* got[] = {&dq, &dk, &dv};
         const std::vector<uint16_t>* start[] = {&dq0, &dk0, &dv0};
         const std::vector<double>* grads[] = {&want.dq, &want.dk, &want.dv};
+        const std::vector<double>* mags[] = {&want.dq_mag, &want.dk_mag, &want.dv_mag};
         for (int i = 0; i < 3; ++i) {
           std::vector<double> w = *grads[i];
           if (acc) {
@@ -390,8 +508,8 @@ TEST(FlashAttention, Bf16MatchesDoubleReference) {
           }
           // The narrowed out moves D by up to half an ulp of |dO . O|: a small absolute error, against the
           // largest gradient.
-          expect_close(widened(*got[i]), w, 4 * tol + 4e-3 * max_abs(*grads[i]), kHalfUlp,
-                       what + " d" + "qkv"[i]);
+          expect_within(widened(*got[i]), w, *mags[i], 4 * tol + 4e-3 * max_abs(*grads[i]), kHalfUlp,
+                        what + " d" + "qkv"[i]);
         }
         if (!acc && threads == 1) first[0] = out, first[1] = dq, first[2] = dk, first[3] = dv;
         if (!acc && threads == 2) {
@@ -421,19 +539,63 @@ TEST(FlashAttention, Bf16MatchesDoubleReference) {
     std::vector<float> ws(flash_attention_workspace_floats(s, 2, true));
     std::vector<uint16_t> out(nq), dq = dq0, dk = dk0, dv = dv0;
     std::vector<float> lse(want.lse.size());
-    flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), s, ws.data(), 2);
+    flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), s, ws.data(), 2, path);
     flash_attention_backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(), dk.data(),
-                             dv.data(), s, true, ws.data(), 2);
+                             dv.data(), s, true, ws.data(), 2, path);
     FlashAttentionShape packed = s;
     packed.ld_q = packed.ld_k = packed.ld_v = ld;
     const auto qkv = pack(q, k, v);
     auto dqkv = pack(dq0, dk0, dv0);
     std::vector<float> ws_packed(flash_attention_workspace_floats(packed, 2, true));
     flash_attention_backward(qkv.data(), qkv.data() + wq, qkv.data() + wq + wk, out.data(), lse.data(), dout.data(),
-                             dqkv.data(), dqkv.data() + wq, dqkv.data() + wq + wk, packed, true, ws_packed.data(), 2);
+                             dqkv.data(), dqkv.data() + wq, dqkv.data() + wq + wk, packed, true, ws_packed.data(), 2,
+                             path);
     EXPECT_TRUE(test::same_bits(dqkv, pack(dq, dk, dv))) << c.name << " packed accumulate";
   }
 }
+
+// bf16 on each path: the kv groups run apart give the bits of one run over all of them (one group alone on 2 threads
+// takes a task per query chunk, two groups one task each).
+TEST_P(FlashAttentionBf16Test, BitsDoNotDependOnTheHeadSplit) {
+  const FlashValuePath path = GetParam();
+  const Case c{"heads", 1, 600, 600, 6, 2, 64};
+  const int64_t hd = c.hd, group = c.Hq / c.Hkv;
+  const auto nq = static_cast<size_t>(c.B * c.Tq * c.Hq * hd), nk = static_cast<size_t>(c.B * c.Tk * c.Hkv * hd);
+  const auto q = test::random_bf16(nq, 41), k = test::random_bf16(nk, 42), v = test::random_bf16(nk, 43);
+  const auto dout = test::random_bf16(nq, 44);
+  const FlashAttentionShape whole_shape = shape_of(c);
+  std::vector<float> ws(flash_attention_workspace_floats(whole_shape, 2, true));
+  std::vector<uint16_t> out(nq), dq(nq), dk(nk), dv(nk);
+  std::vector<float> lse(static_cast<size_t>(c.Hq * c.Tq));
+  flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), whole_shape, ws.data(), 2, path);
+  flash_attention_backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(), dk.data(),
+                           dv.data(), whole_shape, false, ws.data(), 2, path);
+  std::vector<uint16_t> out_s(nq, 0x7fc1), dq_s(nq, 0x7fc1), dk_s(nk, 0x7fc1), dv_s(nk, 0x7fc1);
+  std::vector<float> lse_s(lse.size());
+  for (int64_t g = 0; g < c.Hkv; ++g) {
+    FlashAttentionShape s = whole_shape;
+    s.q_heads = group;
+    s.kv_heads = 1;
+    const int64_t qc = g * group * hd, kc = g * hd;
+    std::vector<float> ws_g(flash_attention_workspace_floats(s, 2, true));
+    flash_attention_forward(q.data() + qc, k.data() + kc, v.data() + kc, out_s.data() + qc,
+                            lse_s.data() + g * group * c.Tq, s, ws_g.data(), 2, path);
+    flash_attention_backward(q.data() + qc, k.data() + kc, v.data() + kc, out_s.data() + qc,
+                             lse_s.data() + g * group * c.Tq, dout.data() + qc, dq_s.data() + qc, dk_s.data() + kc,
+                             dv_s.data() + kc, s, false, ws_g.data(), 2, path);
+  }
+  EXPECT_TRUE(test::same_bits(out_s, out));
+  EXPECT_EQ(lse_s, lse);
+  EXPECT_TRUE(test::same_bits(dq_s, dq));
+  EXPECT_TRUE(test::same_bits(dk_s, dk));
+  EXPECT_TRUE(test::same_bits(dv_s, dv));
+}
+
+INSTANTIATE_TEST_SUITE_P(ValuePaths, FlashAttentionBf16Test,
+                         ::testing::Values(FlashValuePath::kDots, FlashValuePath::kGemm),
+                         [](const ::testing::TestParamInfo<FlashValuePath>& info) {
+                           return std::string(info.param == FlashValuePath::kDots ? "Dots" : "Gemm");
+                         });
 
 TEST(FlashAttention, MergeWithAnEmptySide) {
   const float inf = std::numeric_limits<float>::infinity();

@@ -36,16 +36,17 @@ template <typename Dy, typename Src>
 void moe_combine_weight_grad(const Dy* dy, const Src* src, const std::int32_t* rows, float* dweight,
                              std::int64_t tokens, std::int64_t k, std::int64_t n_rows, std::int64_t d);
 
-// The same on one vector path; the three above run the widest this CPU has. For tests and benchmarks.
+// The same on one vector path; bf16_insn: narrow with AVX-512 BF16 (only with kAvx512, on a CPU that has it,
+// vector_isa.hpp's avx512_bf16_available). The three above run the widest this CPU has. For tests and benchmarks.
 template <typename In, typename Out>
-void moe_gather_isa(VectorIsa isa, const In* x, const std::int32_t* index, const float* scale, Out* out,
-                    std::int64_t rows, std::int64_t n_tokens, std::int64_t d);
+void moe_gather_isa(VectorIsa isa, bool bf16_insn, const In* x, const std::int32_t* index, const float* scale,
+                    Out* out, std::int64_t rows, std::int64_t n_tokens, std::int64_t d);
 template <typename In, typename Out>
-void moe_combine_isa(VectorIsa isa, const In* src, const std::int32_t* rows, const float* weight, Out* out,
-                     std::int64_t tokens, std::int64_t k, std::int64_t n_rows, std::int64_t d);
+void moe_combine_isa(VectorIsa isa, bool bf16_insn, const In* src, const std::int32_t* rows, const float* weight,
+                     Out* out, std::int64_t tokens, std::int64_t k, std::int64_t n_rows, std::int64_t d);
 template <typename Dy, typename Src>
-void moe_combine_weight_grad_isa(VectorIsa isa, const Dy* dy, const Src* src, const std::int32_t* rows,
-                                 float* dweight, std::int64_t tokens, std::int64_t k, std::int64_t n_rows,
-                                 std::int64_t d);
+void moe_combine_weight_grad_isa(VectorIsa isa, bool bf16_insn, const Dy* dy, const Src* src,
+                                 const std::int32_t* rows, float* dweight, std::int64_t tokens, std::int64_t k,
+                                 std::int64_t n_rows, std::int64_t d);
 
 }  // namespace cleave::kernels::cpu

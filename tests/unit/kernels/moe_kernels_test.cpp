@@ -1,6 +1,6 @@
 // The CPU moe routing kernels (kernels/cpu/moe.hpp) against two references on awkward shapes: a scalar loop in f32
 // that performs moe.hpp's order of operations element by element (the kernels' former scalar path), which every
-// vector path (baseline, AVX2, AVX-512, those this CPU has) must give bit for bit at 1 and 2 threads, in every
+// vector path (baseline, AVX2, AVX-512, AVX-512 with AVX-512 BF16 narrowing; those this CPU has) must give bit for bit at 1 and 2 threads, in every
 // dtype combination (f32 and bf16 in and out); and double loops, which that scalar order must approach (so the
 // order itself is checked, not only copied). Shapes: 1, 7, 130 and 300 tokens (300 x 2 x 130 goes parallel),
 // widths 6 (a tail only), 64 (whole vectors) and 100 (vectors and a tail), top-k 1 and 2, experts left without
@@ -125,6 +125,22 @@ __attribute__((optimize("fp-contract=off"))) float scalar_combine(const float* s
   return acc;
 }
 
+// Every vector path this CPU has: baseline, AVX2, AVX-512, AVX-512 with AVX-512 BF16's narrowing.
+struct Path {
+  VectorIsa isa;
+  bool bf16_insn;
+  std::string name;
+};
+std::vector<Path> paths() {
+  std::vector<Path> out;
+  for (const Path& p : {Path{VectorIsa::kBaseline, false, "baseline"}, Path{VectorIsa::kAvx2, false, "avx2"},
+                        Path{VectorIsa::kAvx512, false, "avx512"}}) {
+    if (vector_isa_available(p.isa)) out.push_back(p);
+  }
+  if (avx512_bf16_available()) out.push_back({VectorIsa::kAvx512, true, "avx512 with avx512_bf16"});
+  return out;
+}
+
 struct Shape {
   std::int64_t tokens, d, k;
 };
@@ -158,17 +174,16 @@ void check_gather_and_combine(const Shape& s, bool scaled, std::uint64_t seed) {
   const double tol = std::is_same_v<Out, float> ? 1e-5 : 1e-2;
   test::expect_close(got_c_f32, exact_c, tol, tol, "the scalar order against double");
   EXPECT_GT(l2_norm(got_c_f32), 0.0);
-  for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-    if (!vector_isa_available(isa)) continue;
+  for (const Path& p : paths()) {
     for (int threads : {1, 2}) {
       omp_set_num_threads(threads);
-      const std::string what = "isa " + std::to_string(static_cast<int>(isa)) + ", " + std::to_string(threads) +
+      const std::string what = p.name + ", " + std::to_string(threads) +
                                " threads, tokens " + std::to_string(s.tokens) + " d " + std::to_string(s.d) +
                                " k " + std::to_string(s.k) + (scaled ? ", scaled" : ", unscaled");
       std::vector<Out> g(want_g.size(), store_as<Out>(std::nanf(""))), c(want_c.size(), store_as<Out>(std::nanf("")));
-      moe_gather_isa(isa, x.data.data(), route.row_token.data(), sc, g.data(), r, s.tokens, s.d);
+      moe_gather_isa(p.isa, p.bf16_insn, x.data.data(), route.row_token.data(), sc, g.data(), r, s.tokens, s.d);
       EXPECT_TRUE(same_bits(g, want_g)) << "moe_gather, " << what;
-      moe_combine_isa(isa, src.data.data(), route.token_row.data(), sc, c.data(), s.tokens, s.k, r, s.d);
+      moe_combine_isa(p.isa, p.bf16_insn, src.data.data(), route.token_row.data(), sc, c.data(), s.tokens, s.k, r, s.d);
       EXPECT_TRUE(same_bits(c, want_c)) << "moe_combine, " << what;
     }
   }
@@ -191,14 +206,13 @@ void check_weight_grad(const Shape& s, std::uint64_t seed) {
   }
   test::expect_close(want, exact, 1e-5, 1e-4, "the scalar dot against double");
   EXPECT_GT(l2_norm(want), 0.0);
-  for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-    if (!vector_isa_available(isa)) continue;
+  for (const Path& p : paths()) {
     for (int threads : {1, 2}) {
       omp_set_num_threads(threads);
       std::vector<float> got = test::poisoned(want.size());
-      moe_combine_weight_grad_isa(isa, dy.data.data(), src.data.data(), route.token_row.data(), got.data(),
+      moe_combine_weight_grad_isa(p.isa, p.bf16_insn, dy.data.data(), src.data.data(), route.token_row.data(), got.data(),
                                   s.tokens, s.k, r, s.d);
-      EXPECT_TRUE(same_bits(got, want)) << "moe_combine_weight_grad, isa " << static_cast<int>(isa) << ", "
+      EXPECT_TRUE(same_bits(got, want)) << "moe_combine_weight_grad, " << p.name << ", "
                                         << threads << " threads, tokens " << s.tokens << " d " << s.d << " k "
                                         << s.k;
     }

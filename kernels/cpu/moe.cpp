@@ -8,8 +8,8 @@
 // registers as it is loaded and a bf16 output narrowed in registers as it is stored, so bf16 rows move at the speed
 // of their bytes rather than through scalar conversion into an f32 row buffer (issue 39: 3-4x the roofline before;
 // benchmarks/kernels/RESULTS-2026-11-30-d-moe-routing-bf16.md). The unscaled gather between rows of one dtype is a
-// row copy. The weight gradient keeps moe.hpp's 4 partial sums on every path (a wider vector's products added a
-// quarter at a time) with kDots dots in flight, so their additions' latency overlaps. No path contracts a multiply
+// row copy. The weight gradient keeps moe.hpp's kLanes partial sums on every path (a wider vector's products added
+// kLanes lanes at a time) with kDots dots in flight, so their additions' latency overlaps. No path contracts a multiply
 // and an add into an FMA (fp-contract=off, as gelu.cpp): every path gives the same bits
 // (MoeKernels.EveryIsaPathGivesTheBitsOfTheScalarOrder).
 #include "kernels/cpu/moe.hpp"
@@ -29,22 +29,27 @@
 #include "engine/core/error.hpp"
 #include "kernels/cpu/bf16_vectors.hpp"
 #include "kernels/cpu/parallel.hpp"
+#include "kernels/cpu/vec_math.hpp"
 #include "kernels/cpu/wide_vectors.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
 
-typedef float f32x4 __attribute__((vector_size(16)));
+// The weight gradient's partial sums: one per lane of the build's native vector (vec_math.hpp's kLanes: 4 on
+// baseline x86-64, 8 with AVX), the order the kernel always had and the CUDA twin reproduces (kernels/cuda/
+// moe_dot_order.hpp, passed kLanes by kernels/ops/cuda/moe_dot_lanes.hpp).
+using Partials = detail::f32xN;
+using detail::kLanes;
 
 // Dots of the weight gradient in flight at once per thread.
 constexpr int64_t kDots = 4;
 
-// 4 values of a row as f32x4 (bf16 widened exactly): the weight gradient's columns past the last whole vector.
-[[gnu::always_inline]] inline f32x4 load4(const float* p) { return detail::load<f32x4>(p); }
-[[gnu::always_inline]] inline f32x4 load4(const std::uint16_t* p) { return detail::load_bf16<f32x4>(p); }
+// kLanes values of a row as Partials (bf16 widened exactly): the weight gradient's columns past the last whole F.
+[[gnu::always_inline]] inline Partials load_partials(const float* p) { return detail::load<Partials>(p); }
+[[gnu::always_inline]] inline Partials load_partials(const std::uint16_t* p) { return detail::load_bf16<Partials>(p); }
 
 namespace baseline_path {
-using F = f32x4;
+using F = detail::f32xN;
 #include "kernels/cpu/moe_paths.hpp"
 }  // namespace baseline_path
 

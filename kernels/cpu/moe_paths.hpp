@@ -1,7 +1,8 @@
 // Internal to moe.cpp: the routing kernels' loops over one float vector type, included once per vector path inside
 // that path's namespace and `#pragma GCC target` region (so every function here, the OpenMP regions' outlined
 // bodies included, takes the path's instruction set). No include guard, on purpose. The includer defines before it:
-//   F                    the path's float vector (f32x4 baseline, f32x8 AVX2, f32x16 AVX-512);
+//   F                    the path's float vector (the build's f32xN baseline, f32x8 AVX2, f32x16 AVX-512), at least
+//                        as wide as the weight gradient's Partials (f32xN);
 //   CLEAVE_MOE_BF16_INSN (optional) narrow with AVX-512 BF16's vcvtneps2bf16 instead of the integer rounding.
 // Invariant: every path gives moe.hpp's bits. vcvtneps2bf16 rounds as float_to_bf16 does (to nearest even, NaN to
 // the quiet NaN of its top half) except that it flushes a subnormal input to zero: a vector holding one takes the
@@ -63,20 +64,23 @@ template <class In, class Out>
   }
 }
 
-// acc += each group of 4 lanes of p, lowest first (moe.hpp's 4 partial sums: column c into lane c mod 4).
+// acc += each group of kLanes lanes of p, lowest first (moe.hpp's partial sums: column c into lane c mod kLanes).
 template <class V>  // F (a template, so the widths not taken are discarded)
-[[gnu::always_inline]] inline f32x4 add_quarters(f32x4 acc, V p) {
-  if constexpr (sizeof(V) == 16) {
+[[gnu::always_inline]] inline Partials add_parts(Partials acc, V p) {
+  if constexpr (sizeof(V) == sizeof(Partials)) {
     return acc + p;
-  } else if constexpr (sizeof(V) == 32) {
+  } else if constexpr (sizeof(V) == 2 * sizeof(Partials) && sizeof(Partials) == 16) {
     acc += __builtin_shufflevector(p, p, 0, 1, 2, 3);
     return acc + __builtin_shufflevector(p, p, 4, 5, 6, 7);
-  } else {
-    static_assert(sizeof(V) == 64);
+  } else if constexpr (sizeof(V) == 4 * sizeof(Partials)) {
     acc += __builtin_shufflevector(p, p, 0, 1, 2, 3);
     acc += __builtin_shufflevector(p, p, 4, 5, 6, 7);
     acc += __builtin_shufflevector(p, p, 8, 9, 10, 11);
     return acc + __builtin_shufflevector(p, p, 12, 13, 14, 15);
+  } else {
+    static_assert(sizeof(V) == 2 * sizeof(Partials) && sizeof(Partials) == 32);
+    acc += __builtin_shufflevector(p, p, 0, 1, 2, 3, 4, 5, 6, 7);
+    return acc + __builtin_shufflevector(p, p, 8, 9, 10, 11, 12, 13, 14, 15);
   }
 }
 
@@ -87,27 +91,27 @@ template <class Dy, class Src>
                                              int64_t first, int64_t count, int64_t k, int64_t d) {
   const Dy* g[kDots];
   const Src* s[kDots];
-  f32x4 acc[kDots];
+  Partials acc[kDots];
   for (int64_t q = 0; q < kDots; ++q) {
     const int64_t i = first + (q < count ? q : 0);
     g[q] = dy + (i / k) * d;
     s[q] = src + static_cast<int64_t>(rows[i]) * d;
-    acc[q] = f32x4{};
+    acc[q] = Partials{};
   }
   int64_t c = 0;
   for (; c + kWidth <= d; c += kWidth) {
 #pragma GCC unroll 4
-    for (int64_t q = 0; q < kDots; ++q) acc[q] = add_quarters(acc[q], load_row(g[q] + c) * load_row(s[q] + c));
+    for (int64_t q = 0; q < kDots; ++q) acc[q] = add_parts(acc[q], load_row(g[q] + c) * load_row(s[q] + c));
   }
-  for (; c + 4 <= d; c += 4) {
+  for (; c + kLanes <= d; c += kLanes) {
 #pragma GCC unroll 4
     for (int64_t q = 0; q < kDots; ++q) {
-      acc[q] += load4(g[q] + c) * load4(s[q] + c);
+      acc[q] += load_partials(g[q] + c) * load_partials(s[q] + c);
     }
   }
   for (int64_t q = 0; q < count; ++q) {
     float sum = 0.0f;
-    for (int l = 0; l < 4; ++l) sum += acc[q][l];
+    for (int64_t l = 0; l < kLanes; ++l) sum += acc[q][l];
     for (int64_t t = c; t < d; ++t) sum += detail::to_f32(g[q][t]) * detail::to_f32(s[q][t]);
     dweight[first + q] = sum;
   }

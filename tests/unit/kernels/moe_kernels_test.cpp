@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/core/dtype.hpp"
+#include "kernels/cpu/vec_math.hpp"
 #include "unit/kernels/kernel_test_util.hpp"
 
 namespace cleave::kernels::cpu {
@@ -108,12 +109,13 @@ float as_float(T v) {
 
 // moe.hpp's order, one element at a time in f32 (no contraction into FMA: the kernels never contract).
 __attribute__((optimize("fp-contract=off"))) float scalar_dot(const float* a, const float* b, std::int64_t d) {
-  float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  constexpr std::int64_t lanes = detail::kLanes;  // the build's native vector width: moe.hpp's partial sums
+  float part[lanes] = {};
   std::int64_t c = 0;
-  for (; c + 4 <= d; c += 4)
-    for (int l = 0; l < 4; ++l) part[l] += a[c + l] * b[c + l];
+  for (; c + lanes <= d; c += lanes)
+    for (std::int64_t l = 0; l < lanes; ++l) part[l] += a[c + l] * b[c + l];
   float sum = 0.0f;
-  for (int l = 0; l < 4; ++l) sum += part[l];
+  for (std::int64_t l = 0; l < lanes; ++l) sum += part[l];
   for (; c < d; ++c) sum += a[c] * b[c];
   return sum;
 }

@@ -1,117 +1,197 @@
-// Mixture-of-experts routing kernels on the CPU (see moe.hpp): output rows shared out over the OpenMP team when
-// the call is worth one (CLEAVE_PARALLEL_FOR); each output element has one writer, so no thread count changes a bit.
-// bf16 rows are widened as they are read (in the arithmetic's loop, or a row into the thread's scratch block for the
-// dot) and an output row is computed in f32 (in place, or in the thread's block) and narrowed once as it is stored:
-// the bits of widening every input, running the f32 kernel and narrowing every output (MoeKernels.Bf16*).
-// The weight gradient's dots run on one native vector (vec_math.hpp) with a fixed reduction order: kLanes partial
-// sums over the columns in order, added lane by lane, then the tail (a scalar loop would not vectorise: GCC keeps a
-// float sum's order).
+// Mixture-of-experts routing kernels on the CPU (see moe.hpp): output rows shared out over the OpenMP team when the
+// call is worth one (CLEAVE_PARALLEL_FOR); each output element has one writer, so no thread count changes a bit.
+//
+// The loops (moe_paths.hpp) are written once over a generic float vector and compiled for the build's baseline
+// vectors and, chosen at run time from the CPU through vector_isa.hpp's isa_path (as cast.cpp, gelu.cpp), for AVX2
+// (8 lanes) and AVX-512 (16 lanes), the last narrowing with AVX-512 BF16's vcvtneps2bf16 where the CPU has it (as
+// vector_isa.hpp's avx512_bf16_available lets a kernel take on top of its AVX-512 path). A bf16 operand is widened in
+// registers as it is loaded and a bf16 output narrowed in registers as it is stored, so bf16 rows move at the speed
+// of their bytes rather than through scalar conversion into an f32 row buffer (issue 39: 3-4x the roofline before;
+// benchmarks/kernels/RESULTS-2026-11-30-d-moe-routing-bf16.md). The unscaled gather between rows of one dtype is a
+// row copy. The weight gradient keeps moe.hpp's kLanes partial sums on every path (a wider vector's products added
+// kLanes lanes at a time) with kDots dots in flight, so their additions' latency overlaps. No path contracts a multiply
+// and an add into an FMA (fp-contract=off, as gelu.cpp): every path gives the same bits
+// (MoeKernels.EveryIsaPathGivesTheBitsOfTheScalarOrder).
 #include "kernels/cpu/moe.hpp"
 
+// Wide vectors never cross a call boundary here (the helpers are always_inline): see gelu.cpp.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstring>
 #include <type_traits>
 
+#include "engine/core/dtype.hpp"
 #include "engine/core/error.hpp"
 #include "kernels/cpu/bf16_vectors.hpp"
-#include "kernels/cpu/cast.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cpu/vec_math.hpp"
+#include "kernels/cpu/wide_vectors.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
 
-template <typename T>
-constexpr bool kBf16 = std::is_same_v<T, std::uint16_t>;
+// The weight gradient's partial sums: one per lane of the build's native vector (vec_math.hpp's kLanes: 4 on
+// baseline x86-64, 8 with AVX), the order the kernel always had and the CUDA twin reproduces (kernels/cuda/
+// moe_dot_order.hpp, passed kLanes by kernels/ops/cuda/moe_dot_lanes.hpp).
+using Partials = detail::f32xN;
+using detail::kLanes;
 
-// Floats of a thread's row buffer for d columns, rounded up to whole 64-byte lines.
-std::size_t row_floats(std::int64_t d) { return static_cast<std::size_t>((d + 15) / 16 * 16); }
+// Dots of the weight gradient in flight at once per thread.
+constexpr int64_t kDots = 4;
 
-// Row `row` as f32: the f32 row itself, or a bf16 row widened into `buf`.
-const float* f32_row(const float* row, std::int64_t, float*) { return row; }
-const float* f32_row(const std::uint16_t* row, std::int64_t d, float* buf) {
-  cast_bf16_to_f32_serial(row, buf, d);
-  return buf;
+// kLanes values of a row as Partials (bf16 widened exactly): the weight gradient's columns past the last whole F.
+[[gnu::always_inline]] inline Partials load_partials(const float* p) { return detail::load<Partials>(p); }
+[[gnu::always_inline]] inline Partials load_partials(const std::uint16_t* p) { return detail::load_bf16<Partials>(p); }
+
+namespace baseline_path {
+using F = detail::f32xN;
+#include "kernels/cpu/moe_paths.hpp"
+}  // namespace baseline_path
+
+#if defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("avx2")
+namespace avx2_path {
+using F = detail::f32x8;
+#include "kernels/cpu/moe_paths.hpp"
+}  // namespace avx2_path
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw")
+namespace avx512_path {
+using F = detail::f32x16;
+#include "kernels/cpu/moe_paths.hpp"
+}  // namespace avx512_path
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512bf16")
+namespace avx512_bf16_path {
+using F = detail::f32x16;
+#define CLEAVE_MOE_BF16_INSN
+#include "kernels/cpu/moe_paths.hpp"
+#undef CLEAVE_MOE_BF16_INSN
+}  // namespace avx512_bf16_path
+#pragma GCC pop_options
+
+// A kernel's function for (isa, bf16_insn) after the checks: AVX-512 BF16's narrowing on top of AVX-512 where asked.
+#define CLEAVE_MOE_PATH(name, ...)                                                                      \
+  (check_bf16_insn(isa, bf16_insn, "moe_" #name)                                                        \
+       ? avx512_bf16_path::name<__VA_ARGS__>                                                            \
+       : isa_path(isa, "moe_" #name, baseline_path::name<__VA_ARGS__>, avx2_path::name<__VA_ARGS__>,    \
+                  avx512_path::name<__VA_ARGS__>))
+#else
+#define CLEAVE_MOE_PATH(name, ...)                                                                      \
+  (check_bf16_insn(isa, bf16_insn, "moe_" #name),                                                       \
+   isa_path(isa, "moe_" #name, baseline_path::name<__VA_ARGS__>, baseline_path::name<__VA_ARGS__>,      \
+            baseline_path::name<__VA_ARGS__>))
+#endif
+
+// Whether to narrow with AVX-512 BF16: only on top of AVX-512, only where the CPU has it (a bug of the caller else).
+bool check_bf16_insn(VectorIsa isa, bool bf16_insn, const char* op) {
+  CLEAVE_ASSERT(!bf16_insn || (isa == VectorIsa::kAvx512 && avx512_bf16_available()),
+                "{}: AVX-512 BF16 narrowing asked for on path {} of a CPU that {}", op, static_cast<int>(isa),
+                avx512_bf16_available() ? "has it (it needs the AVX-512 path)" : "lacks it");
+  return bf16_insn;
 }
 
-// Where an output row is computed in f32: the f32 row itself, or `buf` for a bf16 row (store_row narrows it).
-float* f32_out(float* row, float*) { return row; }
-float* f32_out(std::uint16_t*, float* buf) { return buf; }
-void store_row(const float*, float*, std::int64_t) {}
-void store_row(const float* buf, std::uint16_t* row, std::int64_t d) { cast_f32_to_bf16_serial(buf, row, d); }
+// Every index in [0, limit), checked in one pass that vectorises (as unsigned, a negative index is above any limit);
+// the first one outside named when one is.
+void check_indices(const std::int32_t* index, int64_t count, int64_t limit, const char* op, const char* name) {
+  std::uint32_t highest = 0;
+  for (int64_t i = 0; i < count; ++i) highest = std::max(highest, static_cast<std::uint32_t>(index[i]));
+  if (count == 0 || static_cast<int64_t>(highest) < limit) return;
+  for (int64_t i = 0; i < count; ++i) {
+    CLEAVE_ASSERT(index[i] >= 0 && index[i] < limit, "{}: {}[{}] = {} is outside [0, {})", op, name, i, index[i],
+                  limit);
+  }
+}
 
-float dot(const float* a, const float* b, std::int64_t d) {
-  using namespace detail;
-  f32xN acc = splat(0.0f);
-  std::int64_t c = 0;
-  for (; c + kLanes <= d; c += kLanes) acc += load_vec(a + c) * load_vec(b + c);
-  float sum = hsum(acc);
-  for (; c < d; ++c) sum += a[c] * b[c];
-  return sum;
+// The gather without a scale between rows of one dtype: the rows' bytes.
+template <class T>
+void copy_rows(const T* x, const std::int32_t* index, T* out, int64_t rows, int64_t d) {
+  const std::size_t bytes = static_cast<std::size_t>(d) * sizeof(T);
+  CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * d),
+    std::memcpy(out + r * d, x + static_cast<int64_t>(index[r]) * d, bytes);)
+}
+
+// The widest path, chosen once per process (the CPU does not change).
+VectorIsa widest() {
+  static const VectorIsa isa = best_vector_isa();
+  return isa;
+}
+bool widest_bf16_insn() {
+  static const bool insn = widest() == VectorIsa::kAvx512 && avx512_bf16_available();
+  return insn;
 }
 
 }  // namespace
 
 template <typename In, typename Out>
-void moe_gather(const In* x, const std::int32_t* index, const float* scale, Out* out, std::int64_t rows,
-                std::int64_t n_tokens, std::int64_t d, KernelScratch* scratch) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    CLEAVE_ASSERT(index[r] >= 0 && index[r] < n_tokens, "moe_gather: index[{}] = {} is outside [0, {})", r, index[r],
-                  n_tokens);
+void moe_gather_isa(VectorIsa isa, bool bf16_insn, const In* x, const std::int32_t* index, const float* scale,
+                    Out* out, std::int64_t rows, std::int64_t n_tokens, std::int64_t d) {
+  check_indices(index, rows, n_tokens, "moe_gather", "index");
+  const auto path = CLEAVE_MOE_PATH(gather, In, Out);
+  if constexpr (std::is_same_v<In, Out>) {
+    if (scale == nullptr) return copy_rows(x, index, out, rows, d);
   }
-  ScratchFor scratch_for(scratch);
-  const KernelScratch::Lease lease = scratch_for.get().lease(0, kBf16<Out> ? row_floats(d) : 0);
-  CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * d),
-    const In* src = x + static_cast<std::int64_t>(index[r]) * d;
-    const float s = scale != nullptr ? scale[r] : 1.0f;
-    float* dst = f32_out(out + r * d, lease.thread_block());
-    for (std::int64_t c = 0; c < d; ++c) dst[c] = s * detail::to_f32(src[c]);
-    store_row(dst, out + r * d, d);)
+  path(x, index, scale, out, rows, d);
+}
+
+template <typename In, typename Out>
+void moe_combine_isa(VectorIsa isa, bool bf16_insn, const In* src, const std::int32_t* rows, const float* weight,
+                     Out* out, std::int64_t tokens, std::int64_t k, std::int64_t n_rows, std::int64_t d) {
+  check_indices(rows, tokens * k, n_rows, "moe_combine", "rows");
+  CLEAVE_MOE_PATH(combine, In, Out)(src, rows, weight, out, tokens, k, d);
+}
+
+template <typename Dy, typename Src>
+void moe_combine_weight_grad_isa(VectorIsa isa, bool bf16_insn, const Dy* dy, const Src* src,
+                                 const std::int32_t* rows, float* dweight, std::int64_t tokens, std::int64_t k,
+                                 std::int64_t n_rows, std::int64_t d) {
+  check_indices(rows, tokens * k, n_rows, "moe_combine_weight_grad", "rows");
+  CLEAVE_MOE_PATH(weight_grad, Dy, Src)(dy, src, rows, dweight, tokens, k, d);
+}
+
+#undef CLEAVE_MOE_PATH
+
+template <typename In, typename Out>
+void moe_gather(const In* x, const std::int32_t* index, const float* scale, Out* out, std::int64_t rows,
+                std::int64_t n_tokens, std::int64_t d) {
+  moe_gather_isa(widest(), widest_bf16_insn(), x, index, scale, out, rows, n_tokens, d);
 }
 
 template <typename In, typename Out>
 void moe_combine(const In* src, const std::int32_t* rows, const float* weight, Out* out, std::int64_t tokens,
-                 std::int64_t k, std::int64_t n_rows, std::int64_t d, KernelScratch* scratch) {
-  for (std::int64_t i = 0; i < tokens * k; ++i) {
-    CLEAVE_ASSERT(rows[i] >= 0 && rows[i] < n_rows, "moe_combine: rows[{}] = {} is outside [0, {})", i, rows[i],
-                  n_rows);
-  }
-  ScratchFor scratch_for(scratch);
-  const KernelScratch::Lease lease = scratch_for.get().lease(0, kBf16<Out> ? row_floats(d) : 0);
-  CLEAVE_PARALLEL_FOR(n, tokens, detail::worth_parallel(tokens * k * d),
-    float* acc = f32_out(out + n * d, lease.thread_block());
-    for (std::int64_t c = 0; c < d; ++c) acc[c] = 0.0f;
-    for (std::int64_t j = 0; j < k; ++j) {
-      const float w = weight != nullptr ? weight[n * k + j] : 1.0f;
-      const In* s = src + static_cast<std::int64_t>(rows[n * k + j]) * d;
-      for (std::int64_t c = 0; c < d; ++c) acc[c] += w * detail::to_f32(s[c]);
-    }
-    store_row(acc, out + n * d, d);)
+                 std::int64_t k, std::int64_t n_rows, std::int64_t d) {
+  moe_combine_isa(widest(), widest_bf16_insn(), src, rows, weight, out, tokens, k, n_rows, d);
 }
 
 template <typename Dy, typename Src>
 void moe_combine_weight_grad(const Dy* dy, const Src* src, const std::int32_t* rows, float* dweight,
-                             std::int64_t tokens, std::int64_t k, std::int64_t n_rows, std::int64_t d,
-                             KernelScratch* scratch) {
-  for (std::int64_t i = 0; i < tokens * k; ++i) {
-    CLEAVE_ASSERT(rows[i] >= 0 && rows[i] < n_rows, "moe_combine_weight_grad: rows[{}] = {} is outside [0, {})", i,
-                  rows[i], n_rows);
-  }
-  const std::size_t dy_floats = kBf16<Dy> ? row_floats(d) : 0, src_floats = kBf16<Src> ? row_floats(d) : 0;
-  ScratchFor scratch_for(scratch);
-  const KernelScratch::Lease lease = scratch_for.get().lease(0, dy_floats + src_floats);
-  CLEAVE_PARALLEL_FOR(i, tokens * k, detail::worth_parallel(tokens * k * d),
-    float* block = lease.thread_block();
-    const float* g = f32_row(dy + (i / k) * d, d, block);
-    const float* s = f32_row(src + static_cast<std::int64_t>(rows[i]) * d, d, block + dy_floats);
-    dweight[i] = dot(g, s, d);)
+                             std::int64_t tokens, std::int64_t k, std::int64_t n_rows, std::int64_t d) {
+  moe_combine_weight_grad_isa(widest(), widest_bf16_insn(), dy, src, rows, dweight, tokens, k, n_rows, d);
 }
 
-#define CLEAVE_MOE_KERNELS(A, B)                                                                                 \
-  template void moe_gather<A, B>(const A*, const std::int32_t*, const float*, B*, std::int64_t, std::int64_t,   \
-                                 std::int64_t, KernelScratch*);                                                  \
-  template void moe_combine<A, B>(const A*, const std::int32_t*, const float*, B*, std::int64_t, std::int64_t,  \
-                                  std::int64_t, std::int64_t, KernelScratch*);                                   \
-  template void moe_combine_weight_grad<A, B>(const A*, const B*, const std::int32_t*, float*, std::int64_t,    \
-                                              std::int64_t, std::int64_t, std::int64_t, KernelScratch*);
+#define CLEAVE_MOE_KERNELS(A, B)                                                                                   \
+  template void moe_gather<A, B>(const A*, const std::int32_t*, const float*, B*, std::int64_t, std::int64_t,     \
+                                 std::int64_t);                                                                    \
+  template void moe_combine<A, B>(const A*, const std::int32_t*, const float*, B*, std::int64_t, std::int64_t,    \
+                                  std::int64_t, std::int64_t);                                                     \
+  template void moe_combine_weight_grad<A, B>(const A*, const B*, const std::int32_t*, float*, std::int64_t,      \
+                                              std::int64_t, std::int64_t, std::int64_t);                           \
+  template void moe_gather_isa<A, B>(VectorIsa, bool, const A*, const std::int32_t*, const float*, B*, std::int64_t,    \
+                                     std::int64_t, std::int64_t);                                                  \
+  template void moe_combine_isa<A, B>(VectorIsa, bool, const A*, const std::int32_t*, const float*, B*, std::int64_t,   \
+                                      std::int64_t, std::int64_t, std::int64_t);                                   \
+  template void moe_combine_weight_grad_isa<A, B>(VectorIsa, bool, const A*, const B*, const std::int32_t*,       \
+                                                  float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t);
 CLEAVE_MOE_KERNELS(float, float)
 CLEAVE_MOE_KERNELS(float, std::uint16_t)
 CLEAVE_MOE_KERNELS(std::uint16_t, float)

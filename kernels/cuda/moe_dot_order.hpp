@@ -2,7 +2,7 @@
 // moe.cu), as a host/device helper, so a CPU test (tests/unit/cuda/moe_dot_order_test.cpp) checks it against the
 // CPU twin's bits without a GPU.
 //
-// The contract is the CPU twin's `dot` (kernels/cpu/moe.cpp): kLanes partial sums, partial l taking the products of
+// The contract is the CPU twin's `dot_group` (kernels/cpu/moe_paths.hpp, moe.hpp's order): kLanes partial sums, partial l taking the products of
 // columns c = l (mod kLanes) below the last whole vector (d / kLanes * kLanes) in column order, each from 0; the
 // partials added in lane order onto 0; then the tail columns one by one. kLanes is the CPU build's native vector
 // width in floats (kernels/cpu/vec_math.hpp: 4 on baseline x86-64 and NEON, 8 with AVX), so the caller passes it

@@ -2,7 +2,7 @@
 // each after ~70 us of serial work on the master (as a training step's other kernels leave the team idle), medians of
 // 1,000 iterations, for the sizes given. Run it under OMP_WAIT_POLICY=active and =passive; the difference between the
 // columns is what the team saves or costs (kernels/cpu/parallel.hpp's kStreamingParallelMinElements).
-// build: g++ -O3 -march=native -fopenmp streaming_team_bench.cpp -o streaming_team_bench
+// build: the streaming_team_bench target (build/bin/), or g++ -O3 -march=native -fopenmp streaming_team_bench.cpp
 // usage: OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive ./streaming_team_bench 32768 65536 131072 262144
 #include <omp.h>
 

@@ -13,6 +13,14 @@ struct At {
   std::string_view op;
 };
 
+// Empties a reused list when a call ends, by return or by an argument error: the list holds no tensor (and keeps
+// no storage, nor its allocator's lifetime) between calls.
+template <class T>
+struct EmptiedOnExit {
+  std::vector<T>& list;
+  ~EmptiedOnExit() { list.clear(); }
+};
+
 }  // namespace
 }  // namespace cleave::comm
 
@@ -153,15 +161,14 @@ WorkPtr Communicator::batch_p2p(std::span<const P2POp> ops, const Stream& stream
   // Receives first (a self-send then finds its receive already posted, and big exchanges start sooner), each kind
   // in the caller's order, empty tensors left out.
   p2p_ops_.clear();
+  const EmptiedOnExit<P2POp> emptied{p2p_ops_};
   for (const P2PKind kind : {P2PKind::kRecv, P2PKind::kSend}) {
     for (const P2POp& op : ops) {
       if (op.kind == kind && op.tensor.numel() > 0) p2p_ops_.push_back(op);
     }
   }
   if (p2p_ops_.empty()) return std::make_unique<CompletedWork>();
-  WorkPtr work = batch_p2p_impl(p2p_ops_, stream);
-  p2p_ops_.clear();
-  return work;
+  return batch_p2p_impl(p2p_ops_, stream);
 }
 
 WorkPtr Communicator::all_to_all_v(const Tensor& send, std::span<const std::int64_t> send_rows, const Tensor& recv,
@@ -199,19 +206,18 @@ WorkPtr Communicator::all_to_all_v(const Tensor& send, std::span<const std::int6
       first += rows[q];
     }
   };
+  const EmptiedOnExit<Tensor> send_emptied{send_blocks_};
+  const EmptiedOnExit<Tensor> recv_emptied{recv_blocks_};
   cut(send, send_rows, "send", send_blocks_);
   cut(recv, recv_rows, "receive", recv_blocks_);
-  WorkPtr work = send.numel() == 0 && recv.numel() == 0
-                     ? std::make_unique<CompletedWork>()
-                     : all_to_all_v_impl(send_blocks_, recv_blocks_, stream);
-  send_blocks_.clear();
-  recv_blocks_.clear();
-  return work;
+  if (send.numel() == 0 && recv.numel() == 0) return std::make_unique<CompletedWork>();
+  return all_to_all_v_impl(send_blocks_, recv_blocks_, stream);
 }
 
 WorkPtr Communicator::all_to_all_v_impl(std::span<const Tensor> send_blocks, std::span<const Tensor> recv_blocks,
                                         const Stream& stream) {
   p2p_ops_.clear();  // receives first (batch_p2p_impl's contract), empty blocks left out
+  const EmptiedOnExit<P2POp> emptied{p2p_ops_};
   for (std::size_t p = 0; p < recv_blocks.size(); ++p) {
     if (recv_blocks[p].numel() > 0) p2p_ops_.push_back(P2POp::recv(recv_blocks[p], static_cast<int>(p)));
   }
@@ -219,9 +225,7 @@ WorkPtr Communicator::all_to_all_v_impl(std::span<const Tensor> send_blocks, std
     if (send_blocks[q].numel() > 0) p2p_ops_.push_back(P2POp::send(send_blocks[q], static_cast<int>(q)));
   }
   if (p2p_ops_.empty()) return std::make_unique<CompletedWork>();
-  WorkPtr work = batch_p2p_impl(p2p_ops_, stream);
-  p2p_ops_.clear();
-  return work;
+  return batch_p2p_impl(p2p_ops_, stream);
 }
 
 WorkPtr exchange_counts(Communicator& comm, const Tensor& send, const Tensor& recv, const Stream& stream) {

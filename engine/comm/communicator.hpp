@@ -208,8 +208,8 @@ class Communicator {
  private:
   friend WorkPtr exchange_counts(Communicator& comm, const Tensor& send, const Tensor& recv, const Stream& stream);
 
-  // Lists the front reuses from call to call (one thread drives a communicator); emptied after each call, so they
-  // hold no tensor between calls.
+  // Lists the front reuses from call to call (one thread drives a communicator); emptied when each call ends, by
+  // return or by an error (EmptiedOnExit), so they hold no tensor between calls.
   std::vector<P2POp> p2p_ops_;
   std::vector<Tensor> send_blocks_;
   std::vector<Tensor> recv_blocks_;

@@ -44,8 +44,7 @@ void add_moe_host_waits(const TermContext& c, int b, BlockCompute& x) {
 
 double router_bias_update_s(const TermContext& c, int routed_layers) {
   const partition::MoeConfig& moe = c.plan->spec.moe;
-  if (c.plan->spec.type != partition::ModelType::kMoe || moe.router != partition::RouterKind::kSigmoid ||
-      moe.bias_update_rate <= 0) {
+  if (routed_layers <= 0 || moe.router != partition::RouterKind::kSigmoid || moe.bias_update_rate <= 0) {
     return 0.0;
   }
   return 2.0 * routed_layers * host_wait_s(c);  // the bias read back; the synchronize after its upload

@@ -124,9 +124,9 @@ class FixedText {
 
 // What a continuation works on: the op's tensors and numbers, held by value in the Work (no closure on the heap).
 struct ContinuationArgs {
-  Tensor input;
-  Tensor output;
-  Tensor staging;
+  Tensor input{};
+  Tensor output{};
+  Tensor staging{};
   char* data = nullptr;
   DType dtype = DType::kF32;
   ReduceOp op = ReduceOp::kSum;

@@ -9,6 +9,7 @@
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/tensor.hpp"
+#include "engine/planner/median.hpp"
 #include "kernels/ops/ops.hpp"
 
 namespace cleave::planner {
@@ -17,11 +18,6 @@ namespace {
 using clock = std::chrono::steady_clock;
 
 double seconds_since(clock::time_point start) { return std::chrono::duration<double>(clock::now() - start).count(); }
-
-double middle_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 Tensor filled(const Shape& shape, float value, DType dtype) {
   Tensor t = Tensor::empty(shape, dtype, MemoryCategory::kActivations, cpu_allocator());
@@ -118,7 +114,7 @@ partition::MeasuredExpertRows measure_shard(const partition::BlockSpec& block, i
   std::array<std::pair<double, double>, 3> fit;
   for (std::size_t pass = 0; pass < 3; ++pass) {
     std::vector<double> y;
-    for (const auto& runs : times[pass]) y.push_back(middle_of(runs));
+    for (const auto& runs : times[pass]) y.push_back(upper_median(runs));
     fit[pass] = fit_intercept_slope(x, y);
   }
   out.intercept = {fit[0].first, fit[1].first, fit[2].first};

@@ -19,6 +19,7 @@
 #include "engine/comm/link_probe.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/tensor.hpp"
+#include "engine/planner/median.hpp"
 #include "kernels/ops/ops.hpp"
 #include "layers/layer.hpp"
 #include "layers/layer_util.hpp"
@@ -30,12 +31,6 @@ namespace {
 using clock = std::chrono::steady_clock;
 
 double since(clock::time_point start) { return std::chrono::duration<double>(clock::now() - start).count(); }
-
-// The upper median (the middle value, or the higher of the two middle values of an even count).
-double upper_median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Rank 0 of a tensor-parallel group of `width`, whose collectives complete at once without moving data: the
 // shard's compute is timed alone (its outputs are partial sums, which timing does not care about).

@@ -500,7 +500,7 @@ json profile_to_json(const HardwareProfile& p) {
     }
     out["gemm_measured"] = list;
   }
-  if (p.measured.has_blocks() || p.measured.p2p) out["measured"] = measured_to_json(p.measured);
+  if (p.measured.has_blocks() || p.measured.p2p || !p.measured.host_routing.empty()) out["measured"] = measured_to_json(p.measured);
   if (!p.sources.empty()) {
     json sources = json::object();
     for (const auto& [key, citation] : p.sources) sources[key] = citation;

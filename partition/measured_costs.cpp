@@ -78,7 +78,44 @@ MeasuredExpertRows expert_rows_from_json(const json& node, const std::string& wh
   return x;
 }
 
+json host_routing_to_json(const MeasuredHostRouting& x) {
+  const auto us = [](double s) { return file_number(s * 1e6); };
+  const auto ns = [](double s) { return file_number(s * 1e9); };
+  return {{"experts", x.experts}, {"top_k", x.top_k}, {"tokens", x.tokens},
+          {"forward_us", us(x.intercept.forward_s)}, {"input_grad_us", us(x.intercept.input_grad_s)},
+          {"forward_ns_per_token", ns(x.per_token.forward_s)}, {"input_grad_ns_per_token", ns(x.per_token.input_grad_s)}};
+}
+
+MeasuredHostRouting host_routing_from_json(const json& node, const std::string& where) {
+  CLEAVE_CHECK(node.is_object() && node.contains("tokens") && node.at("tokens").is_array(),
+               "{}: expected an object {{\"experts\", \"top_k\", \"tokens\", \"forward_us\", "
+               "\"forward_ns_per_token\", \"input_grad_us\", \"input_grad_ns_per_token\"}}",
+               where);
+  MeasuredHostRouting x;
+  x.experts = static_cast<std::int64_t>(number(node, "experts", where, false));
+  x.top_k = static_cast<std::int64_t>(number(node, "top_k", where, false));
+  CLEAVE_CHECK(x.top_k <= x.experts, "{}: 'top_k' {} exceeds 'experts' {}", where, x.top_k, x.experts);
+  for (const json& t : node.at("tokens")) {
+    CLEAVE_CHECK(t.is_number_integer() && t.get<std::int64_t>() > 0, "{}: 'tokens' must hold positive integers, got {}",
+                 where, t.dump());
+    x.tokens.push_back(t.get<std::int64_t>());
+  }
+  x.intercept = {number(node, "forward_us", where, true) * 1e-6, number(node, "input_grad_us", where, true) * 1e-6, 0.0};
+  x.per_token = {number(node, "forward_ns_per_token", where, true) * 1e-9,
+                 number(node, "input_grad_ns_per_token", where, true) * 1e-9, 0.0};
+  return x;
+}
+
 }  // namespace
+
+const MeasuredHostRouting* MeasuredCosts::host_routing_of(std::int64_t experts, std::int64_t top_k) const {
+  const MeasuredHostRouting* widest = nullptr;
+  for (const auto& x : host_routing) {
+    if (x.experts == experts && x.top_k == top_k) return &x;
+    if (widest == nullptr || x.experts > widest->experts) widest = &x;
+  }
+  return widest;
+}
 
 const MeasuredExpertRows* MeasuredCosts::expert_rows_of(const std::string& shape, int tp) const {
   for (const auto& x : expert_rows) {
@@ -212,6 +249,7 @@ json measured_to_json(const MeasuredCosts& c) {
       entry["warm_input_grad_ms"] = file_number(b.warm_input_grad_s * 1e3);
       entry["warm_weight_grad_ms"] = file_number(b.warm_weight_grad_s * 1e3);
     }
+    if (!b.routed_rows.empty()) entry["routed_rows"] = b.routed_rows;
     blocks.push_back(entry);
   }
   json out = {{"ranks", c.ranks}, {"threads_per_rank", c.threads_per_rank}, {"dtype", profile_dtype_name(c.dtype)},
@@ -240,6 +278,11 @@ json measured_to_json(const MeasuredCosts& c) {
     json rows = json::array();
     for (const auto& x : c.expert_rows) rows.push_back(expert_rows_to_json(x));
     out["expert_rows"] = rows;
+  }
+  if (!c.host_routing.empty()) {
+    json rows = json::array();
+    for (const auto& x : c.host_routing) rows.push_back(host_routing_to_json(x));
+    out["host_routing"] = rows;
   }
   if (c.time_sharing) {
     const MeasuredCosts::TimeSharing& t = *c.time_sharing;
@@ -305,6 +348,14 @@ MeasuredBlock measured_block_from_json(const json& b, const std::string& at) {
     m.warm_forward_s = number(b, "warm_forward_ms", at, false) * 1e-3;
     m.warm_input_grad_s = number(b, "warm_input_grad_ms", at, true) * 1e-3;
     m.warm_weight_grad_s = number(b, "warm_weight_grad_ms", at, true) * 1e-3;
+  }
+  if (b.contains("routed_rows")) {  // absent from profiles before 2026-11-30 (d) and for blocks without experts
+    CLEAVE_CHECK(b.at("routed_rows").is_array(), "{}: 'routed_rows' must be an array of row counts", at);
+    for (const json& r : b.at("routed_rows")) {
+      CLEAVE_CHECK(r.is_number_integer() && r.get<std::int64_t>() >= 0,
+                   "{}: 'routed_rows' must hold integers >= 0, got {}", at, r.dump());
+      m.routed_rows.push_back(r.get<std::int64_t>());
+    }
   }
   return m;
 }
@@ -398,6 +449,13 @@ MeasuredCosts measured_from_json(const json& node, const std::string& file) {
     CLEAVE_CHECK(node.at("expert_rows").is_array(), "{}: 'expert_rows' must be an array", where);
     for (std::size_t i = 0; i < node.at("expert_rows").size(); ++i) {
       c.expert_rows.push_back(expert_rows_from_json(node.at("expert_rows")[i], fmt::format("{}.expert_rows[{}]", where, i)));
+    }
+  }
+  if (node.contains("host_routing")) {  // absent from profiles written before it was timed: routing not priced
+    CLEAVE_CHECK(node.at("host_routing").is_array(), "{}: 'host_routing' must be an array", where);
+    for (std::size_t i = 0; i < node.at("host_routing").size(); ++i) {
+      c.host_routing.push_back(
+          host_routing_from_json(node.at("host_routing")[i], fmt::format("{}.host_routing[{}]", where, i)));
     }
   }
   for (const auto& [op, name] : enum_table<Collective>()) {

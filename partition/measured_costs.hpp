@@ -45,6 +45,11 @@ struct MeasuredBlock {
   double forward_s = 0, input_grad_s = 0, weight_grad_s = 0;  // caches cold (or warm: `cleave profile --warm-caches`)
   // The same passes run again at once, the block's weights and data still in cache; 0 = not measured.
   double warm_forward_s = 0, warm_input_grad_s = 0, warm_weight_grad_s = 0;
+  // A block with routed experts: the rows its router sent to each expert per micro-batch while it was timed
+  // (distinct random tokens through a fresh router: what the time holds); empty for other blocks. File key
+  // "routed_rows" (absent from profiles written before 2026-11-30 (d), which timed identical tokens: k experts
+  // held every row).
+  std::vector<std::int64_t> routed_rows{};
   bool has_warm() const { return warm_forward_s > 0; }
 };
 
@@ -70,6 +75,17 @@ struct MeasuredExpertRows {
   int tp = 1;
   std::vector<std::int64_t> rows;  // the routed-row counts timed
   BlockTimes intercept, per_row;   // seconds, and seconds per row, per pass
+};
+
+// The host's routing of a moe block alone (planner::measure_host_routing): layers::route (softmax or sigmoid over the E
+// experts, top-k, the rows grouped per expert) in the forward, route again and router_backward in the input
+// gradient (moe_mlp.cpp re-routes from the stashed logits), on random logits, timed at several token counts and fitted
+// as intercept + tokens x per_token, per pass (the weight gradient runs no routing: 0). Priced where no block table
+// holds it (planner, host_routing_s); file key "host_routing".
+struct MeasuredHostRouting {
+  std::int64_t experts = 0, top_k = 0;
+  std::vector<std::int64_t> tokens;  // the token counts timed
+  BlockTimes intercept, per_token;   // seconds, and seconds per token, per pass
 };
 
 struct MeasuredCosts {
@@ -130,10 +146,16 @@ struct MeasuredCosts {
   // Per moe block shape and tp width, its routed experts' time per routed row (MeasuredExpertRows); empty = not
   // measured (a profile from before it was, or a model without routed experts).
   std::vector<MeasuredExpertRows> expert_rows;
+  // Per (experts, top_k) of the model's moe blocks, the host's routing time (MeasuredHostRouting); empty = not
+  // measured.
+  std::vector<MeasuredHostRouting> host_routing;
 
   bool has_blocks() const { return !blocks.empty(); }
   // The expert-row fit of `shape` at tp width `tp`, or null.
   const MeasuredExpertRows* expert_rows_of(const std::string& shape, int tp) const;
+  // The host-routing fit of (experts, top_k), else the one with the most experts (its per-token time scaled by
+  // experts / its experts: a token's scores and top-k are linear in E), else null.
+  const MeasuredHostRouting* host_routing_of(std::int64_t experts, std::int64_t top_k) const;
   // Whether `shape` was measured at tp width `tp` (any micro-batch).
   bool covers(const std::string& shape, int tp) const;
   // Times of `block` at (tp, micro_batch); throws Error naming `profile_name` if the shape or width is absent.

@@ -36,6 +36,7 @@
 #include "engine/core/progress.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/expert_rows_measure.hpp"
+#include "engine/planner/host_routing_measure.hpp"
 #include "engine/planner/profile_measure.hpp"
 #include "engine/planner/sync_wait.hpp"
 #include "engine/planner/time_sharing.hpp"
@@ -296,6 +297,26 @@ void print_profile(const planner::HardwareProfile& profile, bool cold_caches) {
     std::printf("count exchange (all-to-all of int64 counts) over %d ranks: %.1f us back to back\n",
                 profile.measured.count_exchange_ranks, profile.measured.count_exchange_s * 1e6);
   }
+  for (const auto& b : profile.measured.blocks) {
+    if (b.routed_rows.empty()) continue;
+    std::string rows;
+    std::int64_t with_rows = 0;
+    for (std::int64_t r : b.routed_rows) {
+      rows += fmt::format("{}{}", rows.empty() ? "" : ", ", r);
+      with_rows += r > 0 ? 1 : 0;
+    }
+    std::printf("routed rows per expert of %s tp%d micro-batch %lld (distinct random tokens, a fresh router): [%s], "
+                "%lld of %zu experts with rows\n",
+                b.shape.c_str(), b.tp, static_cast<long long>(b.micro_batch), rows.c_str(),
+                static_cast<long long>(with_rows), b.routed_rows.size());
+  }
+  for (const auto& x : profile.measured.host_routing) {
+    std::printf("host routing, E %lld k %lld: F %.1f us + %.1f ns/token, I %.1f us + %.1f ns/token (tokens %lld to "
+                "%lld; held in the block times above)\n",
+                static_cast<long long>(x.experts), static_cast<long long>(x.top_k), x.intercept.forward_s * 1e6,
+                x.per_token.forward_s * 1e9, x.intercept.input_grad_s * 1e6, x.per_token.input_grad_s * 1e9,
+                static_cast<long long>(x.tokens.front()), static_cast<long long>(x.tokens.back()));
+  }
   for (const auto& x : profile.measured.expert_rows) {
     std::printf("routed experts of %s tp%d: F %.1f us + %.1f ns/row, I %.1f us + %.1f ns/row, W %.1f us + %.1f ns/row "
                 "(rows %lld to %lld)\n",
@@ -325,6 +346,7 @@ planner::HardwareProfile measure_profile(const partition::ModelSpec& spec, const
   }
   planner::measure_blocks(profile.measured, spec, request, &comm);
   planner::measure_expert_rows(profile.measured, spec, request, &comm);  // nothing without routed experts
+  planner::measure_host_routing(profile.measured, spec, request, &comm);  // likewise
   progress.line(fmt::format("optimizer step (adamw, sgd, sgd with momentum; gradient norm, clip), {}",
                             format_seconds(progress.elapsed_s())));
   planner::measure_optimizer(profile.measured, 1 << 21, cmd.repeats, cmd.rounds, &comm, request.precision);

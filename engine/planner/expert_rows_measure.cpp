@@ -3,21 +3,17 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <set>
 
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/tensor.hpp"
 #include "engine/planner/median.hpp"
+#include "engine/planner/stopwatch.hpp"
 #include "kernels/ops/ops.hpp"
 
 namespace cleave::planner {
 namespace {
-
-using clock = std::chrono::steady_clock;
-
-double seconds_since(clock::time_point start) { return std::chrono::duration<double>(clock::now() - start).count(); }
 
 Tensor filled(const Shape& shape, float value, DType dtype) {
   Tensor t = Tensor::empty(shape, dtype, MemoryCategory::kActivations, cpu_allocator());
@@ -104,7 +100,7 @@ partition::MeasuredExpertRows measure_shard(const partition::BlockSpec& block, i
   for (int round = 0; round < request.rounds * request.repeats; ++round) {
     for (std::size_t l = 0; l < levels.size(); ++l) {  // alternated, so drift hits every level alike
       for (int pass = 0; pass < 3; ++pass) {
-        const auto start = clock::now();
+        const auto start = ProfileClock::now();
         run_pass(ctx, w, levels[l], pass);
         times[static_cast<std::size_t>(pass)][l].push_back(seconds_since(start));
       }

@@ -97,12 +97,11 @@ void measure_block_rates(HardwareProfile& profile, const partition::ModelSpec& s
   layers::Layer& block = *layers.front();
   const partition::BlockCost cost = partition::block_cost(spec.blocks[index]);
   const std::int64_t t = spec.token_sizes().seq_len, d = spec.token_sizes().d_model;
-  Tensor x = Tensor::empty({1, t, d}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  Tensor x = random_input({1, t, d}, DType::kF32);  // distinct tokens: a moe block routes them over its experts
   Tensor dy = Tensor::empty({1, t, d}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   const auto resources = ops::make_device_resources(Device::cpu());  // a run's CPU state: GEMM primitives kept
   layers::Context ctx;
   ctx.resources = resources.get();
-  ops::fill(ctx, x, 0.1f);
   ops::fill(ctx, dy, 0.01f);
   const partition::BlockTimes times = time_block(block, x, dy, ctx, 5);
   const int cores = std::max(1u, std::thread::hardware_concurrency());

@@ -3,19 +3,13 @@
 // run `count` times back to back. Invariant: the operands are built once; a run allocates nothing.
 #pragma once
 
-#include <chrono>
 #include <memory>
 
 #include "engine/core/tensor.hpp"
+#include "engine/planner/stopwatch.hpp"
 #include "kernels/ops/ops.hpp"
 
 namespace cleave::planner {
-
-using ProbeClock = std::chrono::steady_clock;
-
-inline double seconds_since(ProbeClock::time_point start) {
-  return std::chrono::duration<double>(ProbeClock::now() - start).count();
-}
 
 class ProbeGemm {
  public:

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -18,19 +17,18 @@
 
 #include "engine/comm/link_probe.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/rng.hpp"
 #include "engine/core/tensor.hpp"
 #include "engine/planner/median.hpp"
+#include "engine/planner/stopwatch.hpp"
 #include "kernels/ops/ops.hpp"
 #include "layers/layer.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/models/builder.hpp"
+#include "layers/moe/router_log.hpp"
 
 namespace cleave::planner {
 namespace {
-
-using clock = std::chrono::steady_clock;
-
-double since(clock::time_point start) { return std::chrono::duration<double>(clock::now() - start).count(); }
 
 // Rank 0 of a tensor-parallel group of `width`, whose collectives complete at once without moving data: the
 // shard's compute is timed alone (its outputs are partial sums, which timing does not care about).
@@ -78,6 +76,20 @@ Tensor filled_like(const Shape& shape, float value, DType dtype = DType::kF32) {
   Tensor t = Tensor::empty(shape, dtype, MemoryCategory::kActivations, cpu_allocator());
   ops::fill(ops::Context{}, t, value);
   return t;
+}
+
+// The rows per expert one micro-batch routed in `log` (every timed backward adds one micro-batch), summed over its
+// blocks (a timed layer is one block); empty when nothing was routed.
+std::vector<std::int64_t> routed_rows_per_micro_batch(const layers::RouterLog& log) {
+  std::vector<std::int64_t> rows;
+  std::int64_t micro_batches = 0;
+  for (const auto& [name, routing] : log.blocks()) {
+    if (rows.size() < routing.counts.size()) rows.resize(routing.counts.size(), 0);
+    for (std::size_t e = 0; e < routing.counts.size(); ++e) rows[e] += routing.counts[e];
+    micro_batches = std::max(micro_batches, routing.micro_batches);
+  }
+  for (auto& r : rows) r /= std::max<std::int64_t>(1, micro_batches);
+  return rows;
 }
 
 // Every rank's values summed, divided by the rank count (identity without a communicator).
@@ -168,6 +180,28 @@ void CacheEvictor::evict() {
   sink_ = sum;
 }
 
+Tensor random_input(const Shape& shape, DType dtype, std::int64_t vocab) {
+  constexpr std::uint64_t kSeed = 20261130;
+  const std::int64_t n = shape.numel();
+  if (dtype == DType::kI32) {
+    CLEAVE_CHECK(vocab > 0, "profile: a block with token inputs needs a vocabulary size, got {}", vocab);
+    Tensor t = Tensor::empty(shape, DType::kI32, MemoryCategory::kActivations, cpu_allocator());
+    auto* p = t.data<std::int32_t>();
+    for (std::int64_t i = 0; i < n; ++i) {
+      p[i] = static_cast<std::int32_t>(rng::bits64(kSeed, rng::hash_key("tokens"), static_cast<std::uint64_t>(i)) %
+                                       static_cast<std::uint64_t>(vocab));
+    }
+    return t;
+  }
+  std::vector<float> values(static_cast<std::size_t>(n));
+  rng::fill_normal(values.data(), n, kSeed, rng::hash_key("activations"), 0.0f, 1.0f);
+  Tensor f32 = Tensor::from_floats(values, shape, MemoryCategory::kActivations);
+  if (dtype == DType::kF32) return f32;
+  Tensor t = Tensor::empty(shape, dtype, MemoryCategory::kActivations, cpu_allocator());
+  ops::copy(ops::Context{}, f32, t);
+  return t;
+}
+
 partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Tensor& dy, layers::Context& ctx,
                                  int repeats, Tensor* output, CacheEvictor* evictor, partition::BlockTimes* warm,
                                  const Tensor& targets) {
@@ -179,17 +213,17 @@ partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Te
     };
     layers::Stash stash;
     evict();
-    auto start = clock::now();
+    auto start = ProfileClock::now();
     Tensor y = layers::forward_block(layer, x, targets, stash, ctx);
-    const double tf = since(start);
+    const double tf = seconds_since(start);
     evict();
-    start = clock::now();
+    start = ProfileClock::now();
     layer.backward_input(dy, stash, ctx);
-    const double ti = since(start);
+    const double ti = seconds_since(start);
     evict();
-    start = clock::now();
+    start = ProfileClock::now();
     layer.backward_weight(stash, ctx);
-    const double tw = since(start);
+    const double tw = seconds_since(start);
     if (output != nullptr) *output = y;
     return partition::BlockTimes{tf, ti, tw};
   };
@@ -244,10 +278,8 @@ std::vector<partition::MeasuredBlock> measure_round(const partition::ModelSpec& 
           continue;
         }
         if (!current.defined()) {
-          current = block.input_dtype == DType::kI32
-                        ? Tensor::zeros(with_batch(micro, block.input), DType::kI32, MemoryCategory::kActivations,
-                                        cpu_allocator())
-                        : filled_like(with_batch(micro, block.input), 0.1f, ctx.compute_dtype());
+          current = random_input(with_batch(micro, block.input),
+                                 block.input_dtype == DType::kI32 ? DType::kI32 : ctx.compute_dtype(), block.vocab_size);
         }
         auto layers = layers::build_blocks(spec, i, i + 1, build);
         layers::Layer& layer = *layers.front();
@@ -268,10 +300,13 @@ std::vector<partition::MeasuredBlock> measure_round(const partition::ModelSpec& 
                               ? filled_like(Shape{1}, 1.0f)
                               : filled_like(output.shape(), 0.01f, output.dtype());
         partition::BlockTimes warm;
+        layers::RouterLog routed;  // what a moe block routes while it is timed (the trainer keeps one too)
+        ctx.router_log = &routed;
         const partition::BlockTimes t =
             time_block(layer, current, dy, ctx, request.repeats, &output, evictor, &warm, targets);
+        ctx.router_log = nullptr;
         measured.push_back({key, tp, micro, t.forward_s, t.input_grad_s, t.weight_grad_s, warm.forward_s,
-                            warm.input_grad_s, warm.weight_grad_s});
+                            warm.input_grad_s, warm.weight_grad_s, routed_rows_per_micro_batch(routed)});
         output_of[key] = output;
         current = output;
         if (request.progress) {
@@ -361,12 +396,12 @@ void measure_optimizer(partition::MeasuredCosts& costs, std::int64_t params, int
     if (comm != nullptr) comm->barrier()->wait();
     std::vector<double> t;
     for (int rep = 0; rep <= repeats; ++rep) {
-      const auto start = clock::now();
+      const auto start = ProfileClock::now();
       run(rep + 1);
       if (update) {
         for (std::size_t p = 0; p < working.size(); ++p) ops::copy(ctx, values[p], working[p]);
       }
-      if (rep > 0) t.push_back(since(start));
+      if (rep > 0) t.push_back(seconds_since(start));
     }
     return upper_median(t) / static_cast<double>(params);
   };
@@ -418,13 +453,13 @@ void measure_collectives(partition::MeasuredCosts& costs, comm::Communicator& wo
         std::vector<double> times;
         world.barrier()->wait();
         for (int rep = 0; rep <= repeats; ++rep) {
-          const auto start = clock::now();
+          const auto start = ProfileClock::now();
           switch (op) {
             case partition::Collective::kAllReduce: group->all_reduce(whole, comm::ReduceOp::kSum)->wait(); break;
             case partition::Collective::kReduceScatter: group->reduce_scatter(whole, part)->wait(); break;
             case partition::Collective::kAllGather: group->all_gather(part, whole)->wait(); break;
           }
-          if (rep > 0) times.push_back(since(start));
+          if (rep > 0) times.push_back(seconds_since(start));
         }
         points.push_back({static_cast<double>(n * 4), max_over_ranks(upper_median(times), world)});
       }

@@ -76,6 +76,12 @@ class CacheEvictor {
   volatile float sink_ = 0;  // keeps the reads
 };
 
+// A block's input of distinct random values (a fixed seed, so profiles are reproducible): token ids uniform in
+// [0, vocab) for an i32 input, else standard normal values in `dtype` (f32 or bf16). Identical tokens would route
+// every token of a moe block to the same k experts (k of E groups holding every row), a degenerate routing no
+// trained model runs; distinct ones through a fresh router spread over the experts.
+Tensor random_input(const Shape& shape, DType dtype, std::int64_t vocab = 0);
+
 // Medians of `repeats` timed forward / backward_input / backward_weight runs of `layer` on `x` with output
 // gradient `dy`, after one untimed run (first touch of buffers, thread pool start). `output`, when given,
 // receives the last forward's output. `evictor`, when given, evicts the caches before each timed pass; then

@@ -178,6 +178,18 @@ struct MoeHostWaits {
 MoeHostWaits moe_host_waits(const TermContext& c, int block);
 // Adds moe_host_waits × host_wait_s to each pass of `x` and to its launch split (idle GPU, whole under cp).
 void add_moe_host_waits(const TermContext& c, int block, BlockCompute& x);
+// The host's routing of a moe block per micro-batch (docs/planner.md, "The host's routing"): F, layers::route over
+// the rank's b · T / cp tokens; I, route again and router_backward; a full rerun F's again; from the profile's
+// `host_routing` fit (partition::MeasuredHostRouting, `cleave profile`; scaled by E over the fit's E when the
+// profile timed another expert count). Zero for other blocks, on profiles without the fit, and wherever the block's
+// time was measured on the real layer (a block table, or a rate profile's block rates), which holds it.
+struct MoeHostRouting {
+  double forward_s = 0, input_grad_s = 0, rerun_s = 0;
+};
+MoeHostRouting moe_host_routing(const TermContext& c, int block);
+// Adds moe_host_routing to each pass of `x` and to its launch split (host time: whole under cp, the tokens already
+// the rank's).
+void add_moe_host_routing(const TermContext& c, int block, BlockCompute& x);
 // The sigmoid router's bias update at the step's end (model.bias_update_rate > 0): 2 host waits per routed layer
 // of the rank (engine/train/router_metrics.cpp move_bias: the bias read back, the synchronize after its upload),
 // × host_wait_s; 0 for other routers, a rate of 0, and where host_wait_s is 0.

@@ -232,6 +232,7 @@ BlockCompute block_compute(const TermContext& c, int b, double warm) {
     x.launch.recompute_s += core.launch.recompute_s;
   }
   add_moe_host_waits(c, b, x);  // GPU plans: routing's host waits (none on the CPU, for other blocks)
+  add_moe_host_routing(c, b, x);  // roofline plans: the host's routing (measured block times hold it)
   return x;
 }
 

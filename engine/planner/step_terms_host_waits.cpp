@@ -3,7 +3,9 @@
 // waits per MoE layer and micro-batch"), and the sigmoid router's bias update reads the bias back and waits once
 // more per step. Each wait drains the stream: the GPU idles until the host, woken, launches again. Invariant:
 // zero on CPU profiles, on profiles whose blocks were measured (the real layers' times hold their waits), and for
-// blocks without routed experts: those plans' figures are unchanged.
+// blocks without routed experts: those plans' figures are unchanged. The host's routing itself (top-k, the rows
+// grouped per expert, the router's backward) is priced from the profile's measured `host_routing` fit wherever no
+// measured block time holds it: on roofline profiles, CPU's or GPU's.
 #include "engine/planner/step_terms.hpp"
 
 namespace cleave::planner {
@@ -40,6 +42,32 @@ void add_moe_host_waits(const TermContext& c, int b, BlockCompute& x) {
   add(x.forward_s, x.launch.forward_s, w.forward);
   add(x.input_grad_s, x.launch.input_grad_s, w.input_grad);
   add(x.recompute_s, x.launch.recompute_s, w.rerun);
+}
+
+MoeHostRouting moe_host_routing(const TermContext& c, int b) {
+  const HardwareProfile& p = *c.profile;
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  MoeHostRouting r;
+  // A block table or a rate profile's block rates timed the real layer, its routing included.
+  if (block.n_experts <= 0 || p.measured.has_blocks() || !p.has_roofline()) return r;
+  const partition::MeasuredHostRouting* fit = p.measured.host_routing_of(block.n_experts, block.top_k);
+  if (fit == nullptr) return r;
+  const double per_token_scale = static_cast<double>(block.n_experts) / static_cast<double>(fit->experts);
+  const double tokens = static_cast<double>(c.choice->micro_batch * block.seq_len) / c.choice->cp;
+  r.forward_s = fit->intercept.forward_s + fit->per_token.forward_s * per_token_scale * tokens;
+  r.input_grad_s = fit->intercept.input_grad_s + fit->per_token.input_grad_s * per_token_scale * tokens;
+  r.rerun_s = c.choice->recompute == partition::Recompute::kFull ? r.forward_s : 0.0;
+  return r;
+}
+
+void add_moe_host_routing(const TermContext& c, int b, BlockCompute& x) {
+  const MoeHostRouting r = moe_host_routing(c, b);
+  x.forward_s += r.forward_s;
+  x.launch.forward_s += r.forward_s;
+  x.input_grad_s += r.input_grad_s;
+  x.launch.input_grad_s += r.input_grad_s;
+  x.recompute_s += r.rerun_s;
+  x.launch.recompute_s += r.rerun_s;
 }
 
 double router_bias_update_s(const TermContext& c, int routed_layers) {

@@ -12,7 +12,7 @@
 namespace cleave::planner {
 namespace {
 
-using Clock = ProbeClock;
+using Clock = ProfileClock;
 
 // A long stream of compute without a meeting: kStreamChunks chunks of the longest size back to back (about 50 ms on
 // one core), once every kStreamEvery rounds of the meeting loop.

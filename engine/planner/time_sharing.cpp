@@ -19,7 +19,7 @@
 namespace cleave::planner {
 namespace {
 
-using Clock = ProbeClock;
+using Clock = ProfileClock;
 
 constexpr int kStreamGemms = 384;  // 128³ each: about 30 ms on one Zen 4 core
 constexpr int kRounds = 5;

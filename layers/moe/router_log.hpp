@@ -99,6 +99,8 @@ class RouterLog {
     blocks_.clear();
     calls_.clear();  // keeps its capacity: no allocation after the first step
   }
+  // Every block's record, by name (`cleave profile` reads what a timed block routed).
+  const std::map<std::string, BlockRouting>& blocks() const { return blocks_; }
   // The block's record; null when it routed nothing on this rank this step.
   const BlockRouting* find(const std::string& block) const {
     const auto it = blocks_.find(block);

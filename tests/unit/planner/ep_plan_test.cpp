@@ -369,6 +369,67 @@ TEST_F(EpPlanSearch, PricesRoutingsHostWaitsOnGpuPlansOnly) {
   EXPECT_NEAR(waits(choice_of_config(fixed, {}, 4), fixed).second, 0.0, 1e-18);
 }
 
+// The host's routing (step_terms_host_waits.cpp, moe_host_routing) on a roofline profile with a measured fit: per moe
+// block and micro-batch, F = a_F + b_F · tokens, I = a_I + b_I · tokens (the rank's b · T / cp tokens), a full
+// rerun F's again, in kernel_launch and nothing else; linear in the tokens, scaled by E over the fit's E, and zero
+// without the fit or on a profile whose block tables hold it. By hand: 2 moe blocks, T 16, 8 samples over dp 4.
+TEST_F(EpPlanSearch, PricesTheHostsRoutingFromTheProfilesFit) {
+  const std::string config = write("moe.json", kMoe);
+  HardwareProfile bare = partition::load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/h100_sxm.json");
+  bare.measured.host_routing.clear();
+  HardwareProfile fitted = bare;
+  const double af = 2e-6, bf = 50e-9, ai = 3e-6, bi = 120e-9;
+  fitted.measured.host_routing = {{8, 2, {16, 32, 64}, {af, ai, 0.0}, {bf, bi, 0.0}}};
+  SearchOptions options{4, 0};
+  options.ep_imbalance = 1.0;
+  const auto routing = [&](const PlanChoice& c, const HardwareProfile& with) {
+    const PlanEstimate g = estimate_plan(config, {}, c, with, options), k = estimate_plan(config, {}, c, bare, options);
+    EXPECT_TRUE(g.valid && k.valid) << g.reason << k.reason;
+    for (int t = 0; t < kNumStepTerms; ++t) {
+      const auto term = static_cast<StepTerm>(t);
+      if (term == StepTerm::kKernelLaunch || term == StepTerm::kBubble) continue;
+      EXPECT_NEAR(g.breakdown[term], k.breakdown[term], 1e-15) << step_term_info(term).name;
+    }
+    return g.breakdown[StepTerm::kKernelLaunch] - k.breakdown[StepTerm::kKernelLaunch];
+  };
+  const auto pass = [](double a, double b, double tokens) { return a + b * tokens; };
+  PlanChoice c = choice_of_config(config, {}, 4);
+  ASSERT_EQ(c.dp, 4);
+  ASSERT_EQ(c.micro_batch, 1);
+  const double one = pass(af, bf, 16) + pass(ai, bi, 16);
+  EXPECT_NEAR(routing(c, fitted), 2 * 2 * one, 1e-15);  // 2 blocks x 2 micro-batches
+  c.micro_batch = 2;                                     // one micro-batch of 32 tokens
+  EXPECT_NEAR(routing(c, fitted), 2 * 1 * (pass(af, bf, 32) + pass(ai, bi, 32)), 1e-15);
+  c.micro_batch = 1;
+  c.ep = 2;  // ep moves rows, not the routing: the same
+  EXPECT_NEAR(routing(c, fitted), 2 * 2 * one, 1e-15);
+  c.ep = 1;
+  c.recompute = partition::Recompute::kFull;  // the rerun routes again
+  EXPECT_NEAR(routing(c, fitted), 2 * 2 * (one + pass(af, bf, 16)), 1e-15);
+  c.recompute = partition::Recompute::kNone;
+  HardwareProfile narrow = fitted;  // a fit at E 4: its per-token cost x 8 / 4
+  narrow.measured.host_routing.front().experts = 4;
+  EXPECT_NEAR(routing(c, narrow), 2 * 2 * (pass(af, 2 * bf, 16) + pass(ai, 2 * bi, 16)), 1e-15);
+  EXPECT_NEAR(routing(c, bare), 0.0, 1e-18);
+  // Under cp the rank routes its T / cp tokens; a profile whose block tables timed the real layer holds the routing
+  // already (nothing added); a block without experts routes nothing.
+  config::RunConfig resolved = config::parse_config(kMoe, "<string>", {"parallel.context_parallel_size=2"});
+  resolved.resolve(4);
+  const run_plan::Plan plan =
+      run_plan::make_plan(resolved, static_cast<int>(resolved.resolved_batch().gradient_accumulation_steps), 0);
+  const PlanChoice cp = choice_of_config(config, {"parallel.context_parallel_size=2"}, 4);
+  ASSERT_EQ(cp.cp, 2);
+  ASSERT_GT(plan.spec.blocks[1].n_experts, 0);
+  const MoeHostRouting half = moe_host_routing(make_term_context(plan, resolved, cp, fitted, options, 1.0), 1);
+  EXPECT_NEAR(half.forward_s, pass(af, bf, 8), 1e-18);
+  EXPECT_NEAR(half.input_grad_s, pass(ai, bi, 8), 1e-18);
+  EXPECT_EQ(half.rerun_s, 0.0);
+  EXPECT_EQ(moe_host_routing(make_term_context(plan, resolved, cp, fitted, options, 1.0), 0).forward_s, 0.0);
+  HardwareProfile measured = fitted;
+  measured.measured.blocks.push_back({"any", 1, 1, 1e-3, 1e-3, 1e-3});
+  EXPECT_EQ(moe_host_routing(make_term_context(plan, resolved, cp, measured, options, 1.0), 1).forward_s, 0.0);
+}
+
 // More ranks than cores (4 on 2, rho 2, the profile's time sharing measured): each all-to-all and count exchange of
 // 4 ranks waits collective_handoffs = 1 + (4 - 2)(1 - 1/2) = 2 handoffs of the yielding kind (25 us), not the
 // spinning one (500 us) the other collectives take; by hand per moe block and micro-batch: 4 all-to-alls x 2 and

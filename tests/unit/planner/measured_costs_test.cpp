@@ -6,7 +6,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <string>
 
@@ -16,6 +18,7 @@
 #include "partition/measured_costs.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "engine/planner/expert_rows_measure.hpp"
+#include "engine/planner/host_routing_measure.hpp"
 #include "engine/planner/profile_measure.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/cost_model.hpp"
@@ -251,6 +254,90 @@ TEST_F(MeasuredProfile, ExpertRowsRoundTripAndFit) {
   const auto [an, bn] = fit_intercept_slope({1, 2, 4}, {1, 3, 7});
   EXPECT_EQ(an, 0.0);
   EXPECT_NEAR(bn, 35.0 / 21.0, 1e-12);
+}
+
+// The host routing's fit (host_routing) and a moe block's routed rows per expert round-trip through the file, are
+// absent from older profiles, and a negative slope is refused by name; a fit of another expert count is the widest one.
+TEST_F(MeasuredProfile, HostRoutingAndRoutedRowsRoundTrip) {
+  HardwareProfile p = table_profile();
+  p.measured.host_routing.push_back({8, 2, {16, 32, 64}, {3e-6, 5e-6, 0.0}, {40e-9, 90e-9, 0.0}});
+  p.measured.host_routing.push_back({64, 8, {16, 32, 64}, {4e-6, 6e-6, 0.0}, {300e-9, 700e-9, 0.0}});
+  p.measured.blocks.front().routed_rows = {3, 0, 5, 8};
+  const std::string path = (dir_ / "routing.json").string();
+  std::ofstream(path) << profile_to_json(p).dump(2);
+  const HardwareProfile q = load_profile(path);
+  ASSERT_EQ(q.measured.host_routing.size(), 2u);
+  const partition::MeasuredHostRouting* x = q.measured.host_routing_of(8, 2);
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(x->tokens, (std::vector<std::int64_t>{16, 32, 64}));
+  EXPECT_NEAR(x->intercept.input_grad_s, 5e-6, 1e-18);
+  EXPECT_NEAR(x->per_token.forward_s, 40e-9, 1e-20);
+  EXPECT_EQ(q.measured.host_routing_of(128, 8)->experts, 64);  // not timed: the widest
+  EXPECT_EQ(q.measured.blocks.front().routed_rows, (std::vector<std::int64_t>{3, 0, 5, 8}));
+  EXPECT_TRUE(q.measured.blocks.back().routed_rows.empty());
+  EXPECT_EQ(profile_to_json(q)["measured"].dump(), profile_to_json(p)["measured"].dump());
+  auto old = profile_to_json(p);
+  old["measured"].erase("host_routing");
+  old["measured"]["blocks"][0].erase("routed_rows");
+  std::ofstream((dir_ / "old.json").string()) << old.dump();
+  const HardwareProfile o = load_profile((dir_ / "old.json").string());
+  EXPECT_TRUE(o.measured.host_routing.empty());
+  EXPECT_EQ(o.measured.host_routing_of(8, 2), nullptr);
+  EXPECT_TRUE(o.measured.blocks.front().routed_rows.empty());
+  auto bad = profile_to_json(p);
+  bad["measured"]["host_routing"][1]["input_grad_ns_per_token"] = -1;
+  std::ofstream((dir_ / "bad.json").string()) << bad.dump();
+  try {
+    load_profile((dir_ / "bad.json").string());
+    ADD_FAILURE() << "a negative routing cost per token loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("host_routing[1]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("input_grad_ns_per_token"), std::string::npos) << e.what();
+  }
+}
+
+// `cleave profile` times a moe block on distinct random tokens: its fresh router spreads them over more than k of
+// the E experts (identical tokens sent all b·T·k rows to k experts), every routed row counted once; the host's
+// routing is timed per (E, k) with a positive per-token cost in both passes that route.
+TEST_F(MeasuredProfile, MoeBlocksAreTimedOnDistinctTokens) {
+  const std::string config = (dir_ / "moe.json").string();
+  std::ofstream(config) << R"({"model": {"type": "moe", "vocab_size": 64, "d_model": 32, "n_layers": 1, "n_heads": 4,
+    "seq_len": 16, "ffn_hidden_size": 32, "n_experts": 8, "top_k": 2}, "batch": {"global_batch_size": 4},
+    "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})";
+  const partition::ModelSpec spec = run_plan::model_spec(config::load_config(config, {}).model);
+  partition::MeasuredCosts costs;
+  BlockProfileRequest request;
+  request.micro_batches = {2};
+  request.repeats = 1;
+  request.rounds = 1;
+  request.cold_caches = false;
+  measure_blocks(costs, spec, request, nullptr);
+  int moe_blocks = 0;
+  for (const auto& b : costs.blocks) {
+    if (b.routed_rows.empty()) continue;
+    ++moe_blocks;
+    ASSERT_EQ(b.routed_rows.size(), 8u) << b.shape;
+    std::int64_t rows = 0, with_rows = 0;
+    for (std::int64_t r : b.routed_rows) rows += r, with_rows += r > 0 ? 1 : 0;
+    EXPECT_EQ(rows, 2 * 16 * 2) << b.shape;  // micro-batch x T x k
+    EXPECT_GT(with_rows, 2) << b.shape;      // more than k experts hold rows
+  }
+  EXPECT_EQ(moe_blocks, 1);
+  measure_host_routing(costs, spec, request, nullptr);
+  ASSERT_EQ(costs.host_routing.size(), 1u);
+  const partition::MeasuredHostRouting& h = costs.host_routing.front();
+  EXPECT_EQ(h.experts, 8);
+  EXPECT_EQ(h.top_k, 2);
+  EXPECT_EQ(h.tokens, (std::vector<std::int64_t>{32, 64, 128}));
+  EXPECT_GT(h.intercept.forward_s + h.per_token.forward_s * 128, 0.0);
+  EXPECT_GT(h.intercept.input_grad_s + h.per_token.input_grad_s * 128, 0.0);
+  // Distinct inputs draw from a fixed seed: two draws are the same values, and not all one value.
+  const Tensor a = random_input(Shape{2, 16}, DType::kI32, 64), b = random_input(Shape{2, 16}, DType::kI32, 64);
+  std::set<std::int32_t> ids(a.data<std::int32_t>(), a.data<std::int32_t>() + 32);
+  EXPECT_GT(ids.size(), 8u);
+  EXPECT_TRUE(std::equal(a.data<std::int32_t>(), a.data<std::int32_t>() + 32, b.data<std::int32_t>()));
+  EXPECT_LT(*ids.rbegin(), 64);
+  EXPECT_GE(*ids.begin(), 0);
 }
 
 TEST_F(MeasuredProfile, OneDtypeSpellingWrittenTheOldOneRead) {

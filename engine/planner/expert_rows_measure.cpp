@@ -64,15 +64,6 @@ void run_pass(const ops::Context& ctx, const ExpertWeights& w, const ExpertRows&
   }
 }
 
-void mean_over(std::vector<double>& values, comm::Communicator* comm) {
-  if (comm == nullptr || comm->size() == 1 || values.empty()) return;
-  std::vector<float> f(values.begin(), values.end());
-  Tensor t = Tensor::from_floats(f, Shape{static_cast<std::int64_t>(f.size())}, MemoryCategory::kWorkspace);
-  comm->all_reduce(t, comm::ReduceOp::kSum)->wait();
-  const float* p = t.data<float>();
-  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(p[i]) / comm->size();
-}
-
 // The fit of one block shard: per pass, the median time at each row count, then intercept and slope.
 partition::MeasuredExpertRows measure_shard(const partition::BlockSpec& block, int tp, std::int64_t micro,
                                             const BlockProfileRequest& request, const ops::Context& ctx) {
@@ -162,7 +153,7 @@ void measure_expert_rows(partition::MeasuredCosts& costs, const partition::Model
       values.insert(values.end(), {t->forward_s, t->input_grad_s, t->weight_grad_s});
     }
   }
-  mean_over(values, comm);
+  mean_over_ranks(values, comm);
   for (std::size_t i = 0; i < measured.size(); ++i) {
     const double* v = &values[6 * i];
     measured[i].intercept = {v[0], v[1], v[2]};

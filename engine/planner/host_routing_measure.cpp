@@ -100,19 +100,15 @@ void measure_host_routing(partition::MeasuredCosts& costs, const partition::Mode
     if (comm != nullptr) comm->barrier()->wait();  // every rank computes at once, as in training
     measured.push_back(measure_one(router, micro * block.seq_len, request));
   }
-  std::vector<float> values;
+  std::vector<double> values;
   for (const auto& m : measured) {
     for (const partition::BlockTimes* t : {&m.intercept, &m.per_token}) {
-      values.insert(values.end(), {static_cast<float>(t->forward_s), static_cast<float>(t->input_grad_s)});
+      values.insert(values.end(), {t->forward_s, t->input_grad_s});
     }
   }
-  if (comm != nullptr && comm->size() > 1 && !values.empty()) {
-    Tensor t = Tensor::from_floats(values, Shape{static_cast<std::int64_t>(values.size())}, MemoryCategory::kWorkspace);
-    comm->all_reduce(t, comm::ReduceOp::kSum)->wait();
-    for (std::size_t i = 0; i < values.size(); ++i) values[i] = t.data<float>()[i] / static_cast<float>(comm->size());
-  }
+  mean_over_ranks(values, comm);
   for (std::size_t i = 0; i < measured.size(); ++i) {
-    const float* v = &values[4 * i];
+    const double* v = &values[4 * i];
     measured[i].intercept = {v[0], v[1], 0.0};
     measured[i].per_token = {v[2], v[3], 0.0};
     costs.host_routing.push_back(measured[i]);

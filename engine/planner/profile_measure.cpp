@@ -92,16 +92,6 @@ std::vector<std::int64_t> routed_rows_per_micro_batch(const layers::RouterLog& l
   return rows;
 }
 
-// Every rank's values summed, divided by the rank count (identity without a communicator).
-void mean_over_ranks(std::vector<double>& values, comm::Communicator* comm) {
-  if (comm == nullptr || comm->size() == 1 || values.empty()) return;
-  std::vector<float> f(values.begin(), values.end());
-  Tensor t = Tensor::from_floats(f, Shape{static_cast<std::int64_t>(f.size())}, MemoryCategory::kWorkspace);
-  comm->all_reduce(t, comm::ReduceOp::kSum)->wait();
-  const float* p = t.data<float>();
-  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(p[i]) / comm->size();
-}
-
 double max_over_ranks(double value, comm::Communicator& comm) {
   float v = static_cast<float>(value);
   Tensor t = Tensor::from_floats(std::span<const float>(&v, 1), Shape{1}, MemoryCategory::kWorkspace);
@@ -134,6 +124,15 @@ int count_cpus(const std::string& list) {
 }
 
 }  // namespace
+
+void mean_over_ranks(std::vector<double>& values, comm::Communicator* comm) {
+  if (comm == nullptr || comm->size() == 1 || values.empty()) return;
+  std::vector<float> f(values.begin(), values.end());
+  Tensor t = Tensor::from_floats(f, Shape{static_cast<std::int64_t>(f.size())}, MemoryCategory::kWorkspace);
+  comm->all_reduce(t, comm::ReduceOp::kSum)->wait();
+  const float* p = t.data<float>();
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(p[i]) / comm->size();
+}
 
 CacheInfo last_level_cache() {
   // sysfs names the cache the CPU has (an AMD EPYC VM here: 32 MiB shared by 2 CPUs, where sysconf says 256 MiB,

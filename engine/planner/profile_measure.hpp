@@ -76,6 +76,10 @@ class CacheEvictor {
   volatile float sink_ = 0;  // keeps the reads
 };
 
+// Each of `values` replaced by its mean over the ranks of `comm` (one all-reduce, in f32; unchanged without a
+// communicator or with one rank): how every profile measurement averages its ranks.
+void mean_over_ranks(std::vector<double>& values, comm::Communicator* comm);
+
 // A block's input of distinct random values (a fixed seed, so profiles are reproducible): token ids uniform in
 // [0, vocab) for an i32 input, else standard normal values in `dtype` (f32 or bf16). Identical tokens would route
 // every token of a moe block to the same k experts (k of E groups holding every row), a degenerate routing no

@@ -100,8 +100,11 @@ void Executor::post_communication(std::size_t& index, const std::vector<Action>&
   auto found = blocks_.find(index);
   CLEAVE_ASSERT(found != blocks_.end(), "action {} does not start a communication block", index);
   const P2PBlock& block = found->second;
-  // The block's lists are members (executor.hpp), empty here and cleared at the end, in the order the local
-  // lists they replace were destroyed, so tensors are released at the same points as before.
+  // The block's lists are members (executor.hpp), cleared at the end in the order the local lists they replace
+  // were destroyed, so tensors are released at the same points as before (and here, after a block that threw).
+  for (auto* list : {&receives_, &early_here_, &early_receives_}) list->clear();
+  ops_.clear();
+  early_ops_.clear();
   std::vector<comm::P2POp>& ops = ops_;
   std::vector<Received*>& receives = receives_;
   std::vector<Received*>& early_here = early_here_;  // this block's receives, posted with the previous block

@@ -11,7 +11,9 @@
 // when summed over fewer than 2^21 ranks.
 #pragma once
 
+#include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -97,28 +99,34 @@ struct ExactSquareSum {
   }
 
   // Normalized digits and the counts as doubles (each < 2^53 exactly): element-wise sums of these over ranks
-  // (any order) are exact, and from_wire() of the sum is the merge of every rank's value.
-  std::vector<double> to_wire() const {
+  // (any order) are exact, and from_wire() of the sum is the merge of every rank's value. As a fixed array
+  // (nothing allocated) or a vector.
+  using Wire = std::array<double, kWireSize>;
+  Wire wire() const {
     ExactSquareSum n = *this;
     n.normalize();
-    std::vector<double> wire(kWireSize);
+    Wire wire{};
     for (int i = 0; i < kDigits; ++i) wire[static_cast<std::size_t>(i)] = static_cast<double>(n.digit[i]);
     wire[kDigits] = static_cast<double>(n.nan);
     wire[kDigits + 1] = static_cast<double>(n.inf);
     return wire;
   }
-  static ExactSquareSum from_wire(const std::vector<double>& wire) {
+  std::vector<double> to_wire() const {
+    const Wire w = wire();
+    return std::vector<double>(w.begin(), w.end());
+  }
+  static ExactSquareSum from_wire(const double* wire, std::size_t size) {
     ExactSquareSum s;
-    for (int i = 0; i < kDigits && static_cast<std::size_t>(i) < wire.size(); ++i) {
-      s.digit[i] = static_cast<uint64_t>(wire[static_cast<std::size_t>(i)]);
-    }
-    if (wire.size() >= static_cast<std::size_t>(kWireSize)) {
+    for (int i = 0; i < kDigits && static_cast<std::size_t>(i) < size; ++i) s.digit[i] = static_cast<uint64_t>(wire[i]);
+    if (size >= static_cast<std::size_t>(kWireSize)) {
       s.nan = static_cast<uint64_t>(wire[kDigits]);
       s.inf = static_cast<uint64_t>(wire[kDigits + 1]);
     }
     s.normalize();
     return s;
   }
+  static ExactSquareSum from_wire(const std::vector<double>& wire) { return from_wire(wire.data(), wire.size()); }
+  static ExactSquareSum from_wire(const Wire& wire) { return from_wire(wire.data(), wire.size()); }
 
   bool operator==(const ExactSquareSum& other) const {
     ExactSquareSum a = *this;

@@ -2,6 +2,11 @@
 // neighbour stage, or a posted receive); the order of everything is the schedule's.
 #include "pipeline/executor.hpp"
 
+#include <algorithm>
+#include <span>
+#include <type_traits>
+#include <utility>
+
 #include "engine/core/error.hpp"
 #include "kernels/ops/ops.hpp"
 #include "layers/comm_wait.hpp"
@@ -16,6 +21,19 @@ Executor::Executor(ExecutorOptions options) : options_(std::move(options)) {
   CLEAVE_ASSERT(options_.schedule->is_lowered() || options_.schedule->pp_size == 1,
                 "the executor runs lowered schedules");
   last_stage_ = options_.schedule->num_stages - 1;
+  // The step's slots, sized once (no allocation per step: executor.hpp).
+  const auto slots = static_cast<std::size_t>(options_.schedule->num_stages) *
+                     static_cast<std::size_t>(options_.schedule->num_microbatches);
+  forward_out_.resize(slots);
+  backward_out_.resize(slots);
+  forward_in_.resize(slots);
+  backward_in_.resize(slots);
+  data_.resize(static_cast<std::size_t>(options_.schedule->num_microbatches));
+  // Each boundary's shape, asked once (the plan builds it through lists).
+  boundary_shapes_.resize(static_cast<std::size_t>(options_.schedule->num_stages));
+  for (int stage = 1; stage < options_.schedule->num_stages && options_.boundary_shape; ++stage) {
+    boundary_shapes_[static_cast<std::size_t>(stage)] = options_.boundary_shape(stage);
+  }
   // Written on the run's stream, so on a GPU the host never touches device memory.
   loss_scale_tensor_ = Tensor::empty({1}, DType::kF32, MemoryCategory::kWorkspace, *options_.context->allocator);
   ops::fill(*options_.context, loss_scale_tensor_, options_.loss_scale);
@@ -35,66 +53,87 @@ int Executor::tag(ActionKind direction, int stage, int microbatch) const {
   return (microbatch * options_.schedule->num_stages + stage) * 2 + backward;
 }
 
+std::size_t Executor::slot(int stage, int microbatch) const {
+  CLEAVE_ASSERT(stage >= 0 && stage < options_.schedule->num_stages && microbatch >= 0 &&
+                    microbatch < options_.schedule->num_microbatches,
+                "stage {} micro-batch {} is outside the schedule's {} stages and {} micro-batches", stage, microbatch,
+                options_.schedule->num_stages, options_.schedule->num_microbatches);
+  return static_cast<std::size_t>(stage) * static_cast<std::size_t>(options_.schedule->num_microbatches) +
+         static_cast<std::size_t>(microbatch);
+}
+
 Tensor Executor::take_data(int microbatch, bool inputs) {
-  auto it = data_.find(microbatch);
-  if (it == data_.end()) it = data_.emplace(microbatch, options_.data(batch_, microbatch)).first;
-  Tensor& field = inputs ? it->second.inputs : it->second.targets;
+  CLEAVE_ASSERT(microbatch >= 0 && static_cast<std::size_t>(microbatch) < data_.size(),
+                "micro-batch {} is outside the schedule's {}", microbatch, data_.size());
+  DataSlot& entry = data_[static_cast<std::size_t>(microbatch)];
+  if (!entry.fetched) {
+    entry.data = options_.data(batch_, microbatch);
+    entry.fetched = true;
+  }
+  Tensor& field = inputs ? entry.data.inputs : entry.data.targets;
   CLEAVE_ASSERT(field.defined(), "micro-batch {}: its {} were taken twice in one step", microbatch,
                 inputs ? "inputs" : "targets");
   Tensor taken = std::move(field);
   field = Tensor();
   // Dropped once this rank's readers have taken theirs: a field no stage here reads is not kept either.
-  const bool inputs_left = it->second.inputs.defined() && options_.stages.count(0) > 0;
-  const bool targets_left = it->second.targets.defined() && options_.stages.count(last_stage_) > 0;
-  if (!inputs_left && !targets_left) data_.erase(it);
+  const bool inputs_left = entry.data.inputs.defined() && options_.stages.count(0) > 0;
+  const bool targets_left = entry.data.targets.defined() && options_.stages.count(last_stage_) > 0;
+  if (!inputs_left && !targets_left) entry = DataSlot{};
   return taken;
 }
 
-void Executor::post_receive(const Action& a, std::vector<comm::P2POp>& ops, std::vector<ReceiveSlot>& receives) {
+void Executor::post_receive(const Action& a, std::vector<comm::P2POp>& ops, std::vector<Received*>& receives) {
   const bool forward = a.kind == ActionKind::kRecvF;
-  Tensor buffer = Tensor::empty(options_.boundary_shape(forward ? a.stage : a.stage + 1), options_.context->compute_dtype(),
+  const int boundary = forward ? a.stage : a.stage + 1;
+  CLEAVE_ASSERT(boundary > 0 && boundary < options_.schedule->num_stages, "{}: no boundary before stage {}",
+                format_action(a), boundary);
+  Tensor buffer = Tensor::empty(boundary_shapes_[static_cast<std::size_t>(boundary)], options_.context->compute_dtype(),
                                 MemoryCategory::kActivations, *options_.context->allocator);
   const int peer = options_.schedule->rank_of(forward ? a.stage - 1 : a.stage + 1);
   ops.push_back(comm::P2POp::recv(buffer, peer, tag(a.kind, a.stage, a.microbatch)));
-  auto& slots = forward ? forward_in_ : backward_in_;
-  slots[{a.stage, a.microbatch}] = Received{buffer, nullptr, nullptr};
-  receives.emplace_back(&slots, Key{a.stage, a.microbatch});
+  Received& received = (forward ? forward_in_ : backward_in_)[slot(a.stage, a.microbatch)];
+  received = Received{buffer, nullptr, nullptr};
+  receives.push_back(&received);
 }
 
 void Executor::post_communication(std::size_t& index, const std::vector<Action>& actions, StepOutcome& outcome) {
   auto found = blocks_.find(index);
   CLEAVE_ASSERT(found != blocks_.end(), "action {} does not start a communication block", index);
   const P2PBlock& block = found->second;
-  std::vector<comm::P2POp> ops;
-  std::vector<ReceiveSlot> receives;
-  std::vector<ReceiveSlot> early_here;  // this block's receives, posted with the previous block
+  // The block's lists are members (executor.hpp), cleared at the end in the order the local lists they replace
+  // were destroyed, so tensors are released at the same points as before (and here, after a block that threw).
+  for (auto* list : {&receives_, &early_here_, &early_receives_}) list->clear();
+  ops_.clear();
+  early_ops_.clear();
+  std::vector<comm::P2POp>& ops = ops_;
+  std::vector<Received*>& receives = receives_;
+  std::vector<Received*>& early_here = early_here_;  // this block's receives, posted with the previous block
   const Schedule& schedule = *options_.schedule;
   for (std::size_t i : block.posted_early) {
     const Action& a = actions[i];
-    early_here.emplace_back(a.kind == ActionKind::kRecvF ? &forward_in_ : &backward_in_, Key{a.stage, a.microbatch});
+    early_here.push_back(&(a.kind == ActionKind::kRecvF ? forward_in_ : backward_in_)[slot(a.stage, a.microbatch)]);
   }
   for (std::size_t i : block.posted) {
     const Action& a = actions[i];
-    const Key key{a.stage, a.microbatch};
     switch (a.kind) {
       case ActionKind::kSendF: {
-        auto it = forward_out_.find(key);
-        CLEAVE_ASSERT(it != forward_out_.end(), "{}: nothing to send (forward not run)", format_action(a));
+        Tensor& out = forward_out_[slot(a.stage, a.microbatch)];
+        CLEAVE_ASSERT(out.defined(), "{}: nothing to send (forward not run)", format_action(a));
         const int peer = schedule.rank_of(a.stage + 1);
-        ops.push_back(comm::P2POp::send(it->second, peer, tag(a.kind, a.stage + 1, a.microbatch)));
-        outcome.p2p_bytes_sent += static_cast<std::int64_t>(it->second.nbytes());
+        ops.push_back(comm::P2POp::send(out, peer, tag(a.kind, a.stage + 1, a.microbatch)));
+        outcome.p2p_bytes_sent += static_cast<std::int64_t>(out.nbytes());
         // The batch's Work holds the tensor until the send completes (communicator.hpp), then frees it: sent
         // tensors are not kept to the end of the step (that had held every micro-batch's boundary tensor).
-        forward_out_.erase(it);
+        out = Tensor();
         break;
       }
       case ActionKind::kSendB: {
-        auto it = backward_out_.find(key);
-        CLEAVE_ASSERT(it != backward_out_.end(), "{}: nothing to send (backward not run)", format_action(a));
+        Tensor& out = backward_out_[slot(a.stage, a.microbatch)];
+        CLEAVE_ASSERT(out.defined(), "{}: nothing to send (backward not run)", format_action(a));
         const int peer = schedule.rank_of(a.stage - 1);
-        ops.push_back(comm::P2POp::send(it->second, peer, tag(a.kind, a.stage - 1, a.microbatch)));
-        outcome.p2p_bytes_sent += static_cast<std::int64_t>(it->second.nbytes());
-        backward_out_.erase(it);
+        ops.push_back(comm::P2POp::send(out, peer, tag(a.kind, a.stage - 1, a.microbatch)));
+        outcome.p2p_bytes_sent += static_cast<std::int64_t>(out.nbytes());
+        out = Tensor();
         break;
       }
       case ActionKind::kRecvF:
@@ -105,53 +144,52 @@ void Executor::post_communication(std::size_t& index, const std::vector<Action>&
   }
   CLEAVE_ASSERT(options_.pp_comm != nullptr, "schedule communicates but there is no pp communicator");
   if (!ops.empty()) {
-    works_.push_back(options_.pp_comm->batch_p2p(std::move(ops), *options_.context->stream));
-    for (auto& [slots, key] : receives) (*slots)[key].work = works_.back().get();
-    for (auto& [slots, key] : early_here) {
-      if (auto it = slots->find(key); it != slots->end()) it->second.companion = works_.back().get();
+    works_.push_back(options_.pp_comm->batch_p2p(std::span<const comm::P2POp>(ops), *options_.context->stream));
+    for (Received* r : receives) r->work = works_.back().get();
+    for (Received* r : early_here) {
+      if (r->tensor.defined()) r->companion = works_.back().get();
     }
   }
   // The next block's receives, now (see the header), in the order p2p_posting.hpp states.
-  std::vector<comm::P2POp> early;
-  std::vector<ReceiveSlot> early_receives;
+  std::vector<comm::P2POp>& early = early_ops_;
+  std::vector<Received*>& early_receives = early_receives_;
   for (std::size_t i : block.next_receives) post_receive(actions[i], early, early_receives);
   if (!early.empty()) {
-    works_.push_back(options_.pp_comm->batch_p2p(std::move(early), *options_.context->stream));
-    for (auto& [slots, key] : early_receives) (*slots)[key].work = works_.back().get();
+    works_.push_back(options_.pp_comm->batch_p2p(std::span<const comm::P2POp>(early), *options_.context->stream));
+    for (Received* r : early_receives) r->work = works_.back().get();
   }
+  early_receives.clear();
+  early.clear();
+  early_here.clear();
+  receives.clear();
+  ops.clear();
   index = block.end;
 }
 
-Tensor Executor::take_received(std::map<Key, Received>& slots, const Key& key) {
-  auto it = slots.find(key);
-  if (it == slots.end()) return Tensor();
-  it->second.work->wait();
-  if (it->second.companion != nullptr && !options_.pp_comm->sends_progress_on_their_own()) it->second.companion->wait();
-  Tensor t = it->second.tensor;
-  slots.erase(it);
+Tensor Executor::take_received(Received& slot) {
+  if (!slot.tensor.defined()) return Tensor();
+  slot.work->wait();
+  if (slot.companion != nullptr && !options_.pp_comm->sends_progress_on_their_own()) slot.companion->wait();
+  Tensor t = std::move(slot.tensor);
+  slot = Received{};
   return t;
 }
 
 Tensor Executor::forward_input(int stage, int microbatch) {
   if (stage == 0) return take_data(microbatch, /*inputs=*/true);
-  if (Tensor received = take_received(forward_in_, {stage, microbatch}); received.defined()) return received;
-  auto it = forward_out_.find({stage - 1, microbatch});
-  CLEAVE_ASSERT(it != forward_out_.end(), "stage {} micro-batch {}: input neither received nor local", stage,
-                microbatch);
-  Tensor x = it->second;
-  forward_out_.erase(it);
-  return x;
+  if (Tensor received = take_received(forward_in_[slot(stage, microbatch)]); received.defined()) return received;
+  Tensor& local = forward_out_[slot(stage - 1, microbatch)];
+  CLEAVE_ASSERT(local.defined(), "stage {} micro-batch {}: input neither received nor local", stage, microbatch);
+  return std::exchange(local, Tensor());
 }
 
 Tensor Executor::backward_dy(int stage, int microbatch) {
   if (stage == last_stage_) return loss_scale_tensor_;
-  if (Tensor received = take_received(backward_in_, {stage, microbatch}); received.defined()) return received;
-  auto it = backward_out_.find({stage + 1, microbatch});
-  CLEAVE_ASSERT(it != backward_out_.end(), "stage {} micro-batch {}: output gradient neither received nor local",
-                stage, microbatch);
-  Tensor dy = it->second;
-  backward_out_.erase(it);
-  return dy;
+  if (Tensor received = take_received(backward_in_[slot(stage, microbatch)]); received.defined()) return received;
+  Tensor& local = backward_out_[slot(stage + 1, microbatch)];
+  CLEAVE_ASSERT(local.defined(), "stage {} micro-batch {}: output gradient neither received nor local", stage,
+                microbatch);
+  return std::exchange(local, Tensor());
 }
 
 StageModule& Executor::stage_module(const Action& a) {
@@ -163,7 +201,7 @@ StageModule& Executor::stage_module(const Action& a) {
 
 void Executor::store_forward(const Action& a, const Tensor& y, StepState& step) {
   if (a.stage != last_stage_) {
-    forward_out_[{a.stage, a.microbatch}] = y;
+    forward_out_[slot(a.stage, a.microbatch)] = y;
     return;
   }
   CLEAVE_ASSERT(y.numel() == 1 && y.dtype() == DType::kF32, "stage {} returned a loss {} {}, not one f32", a.stage,
@@ -186,7 +224,7 @@ Tensor Executor::run_backward(const Action& a, std::size_t position, const Tenso
 }
 
 void Executor::store_backward(const Action& a, const Tensor& dx) {
-  if (a.stage > 0) backward_out_[{a.stage, a.microbatch}] = dx;
+  if (a.stage > 0) backward_out_[slot(a.stage, a.microbatch)] = dx;
 }
 
 EventTimeline::Waits Executor::waits_since(const StepState& step) const {
@@ -245,7 +283,7 @@ void Executor::run_compute(const Action& a, std::size_t i, int& start, StepState
         if (a.stage == last_stage_) {
           step.outcome.evaluations.emplace_back(a.microbatch, stage.evaluate(x, targets, ctx));
         } else {
-          forward_out_[{a.stage, a.microbatch}] = stage.infer(x, ctx);
+          forward_out_[slot(a.stage, a.microbatch)] = stage.infer(x, ctx);
         }
         break;
       }
@@ -277,24 +315,46 @@ void Executor::run_compute(const Action& a, std::size_t i, int& start, StepState
 void Executor::finish_step(StepState& step) {
   for (auto& work : works_) work->wait();
   if (options_.record_timeline) step.outcome.timeline = timeline_.finish();
-  CLEAVE_ASSERT(forward_in_.empty() && backward_in_.empty() && forward_out_.empty() && backward_out_.empty(),
+  const auto in_flight = [](const auto& slots) {
+    return std::any_of(slots.begin(), slots.end(), [](const auto& s) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(s)>, Tensor>) return s.defined();
+      else return s.tensor.defined();
+    });
+  };
+  CLEAVE_ASSERT(!in_flight(forward_in_) && !in_flight(backward_in_) && !in_flight(forward_out_) &&
+                    !in_flight(backward_out_),
                 "rank {}: tensors left in flight at the end of the step (the schedule is not closed)",
                 options_.pp_rank);
   works_.clear();
-  data_.clear();
+  for (DataSlot& entry : data_) entry = DataSlot{};
   if (!step.loss_microbatches.empty()) {  // the one read-back of the step's losses
     const auto count = static_cast<std::int64_t>(step.loss_microbatches.size());
-    const std::vector<float> values = ops::to_host(*options_.context, step.losses_device.slice(0, count)).to_floats();
-    step.outcome.losses.reserve(step.loss_microbatches.size());
+    const Tensor values = ops::to_host(*options_.context, step.losses_device.slice(0, count));
+    const std::span<const float> read = values.span<float>();
     for (std::size_t k = 0; k < step.loss_microbatches.size(); ++k) {
-      step.outcome.losses.emplace_back(step.loss_microbatches[k], values[k]);
+      step.outcome.losses.emplace_back(step.loss_microbatches[k], read[k]);
     }
   }
+  step.losses_device = Tensor();  // freed here, as when the step's state was a local of run_step
 }
 
-StepOutcome Executor::run_step(std::int64_t batch) {
+void Executor::StepState::reset() {
+  outcome.losses.clear();
+  outcome.timeline.clear();
+  outcome.evaluations.clear();
+  outcome.p2p_bytes_sent = 0;
+  outcome.overlapped_pairs = 0;
+  outcome.pair_hand_overs = 0;
+  losses_device = Tensor();
+  loss_microbatches.clear();
+  waiter = nullptr;
+  waits_before = {};
+}
+
+StepOutcome& Executor::run_step(std::int64_t batch) {
   batch_ = batch;
-  StepState step;
+  StepState& step = step_;
+  step.reset();
   const auto& actions = options_.schedule->ranks.at(static_cast<std::size_t>(options_.pp_rank));
   layers::Context& ctx = *options_.context;
   // The measured timeline: marks on the run's stream (event_timeline.hpp), so on a GPU each span is device time.
@@ -340,7 +400,7 @@ StepOutcome Executor::run_step(std::int64_t batch) {
     ++i;
   }
   finish_step(step);
-  return std::move(step.outcome);
+  return step.outcome;
 }
 
 }  // namespace cleave::pipeline

@@ -33,6 +33,10 @@
 //    collectives (TimedAction::comm_wait), for `cleave plan --trial --explain`.
 //  - kEvaluate runs a forward-only schedule (forward_only.hpp): nothing is stashed, and the last stage scores
 //    its logits with the loss block's evaluate() (vocab-parallel under tp) instead of returning a loss.
+//  - A steady-state step allocates nothing of the executor's own (docs/ops.md): the tensors in flight sit in
+//    slots by (stage, micro-batch) and the fetched data in slots by micro-batch, all sized at construction; the
+//    op and receive lists of a communication block and the step's outcome are members, cleared (not remade)
+//    each time, so after the first step they keep their capacity. (A recorded timeline still allocates.)
 #pragma once
 
 #include <chrono>
@@ -67,7 +71,8 @@ struct ExecutorOptions {
   int pp_rank = 0;
   comm::Communicator* pp_comm = nullptr;   // null when pp = 1; peers are pp ranks
   std::map<int, StageModule*> stages;      // the stages this rank holds, by stage index
-  // Micro-batch boundary shape entering `stage` (stage > 0) — e.g. [micro_batch, T, D].
+  // Micro-batch boundary shape entering `stage` (stage > 0) — e.g. [micro_batch, T, D]; asked once per stage, at
+  // construction.
   std::function<Shape(int stage)> boundary_shape;
   // Micro-batch `microbatch` of batch `batch` (run_step's argument); called on the ranks of the first and last
   // stage.
@@ -100,14 +105,16 @@ class Executor {
  public:
   explicit Executor(ExecutorOptions options);
   // Runs this rank's action list once over batch `batch` (the training step, or the evaluation batch), which
-  // the data callback receives.
-  StepOutcome run_step(std::int64_t batch);
+  // the data callback receives. The outcome is the executor's own, valid until the next run_step (its vectors
+  // are reused from step to step; a caller may take one, which the next step then remakes).
+  StepOutcome& run_step(std::int64_t batch);
 
  private:
-  using Key = std::pair<int, int>;  // (stage, micro-batch)
-
-  // What one step gathers as it runs (run_step): its outcome and the losses still on the device.
+  // What one step gathers as it runs (run_step): its outcome and the losses still on the device. Kept by the
+  // executor and reset at each step's start, so its vectors keep their capacity.
   struct StepState {
+    void reset();
+
     StepOutcome outcome;
     // Each micro-batch's loss stays on the device (copied into one buffer on the stream) and is read back once,
     // after the step (finish_step): no host wait per micro-batch. `loss_microbatches[k]` is entry k's micro-batch.
@@ -134,19 +141,21 @@ class Executor {
   // Waits for every batch, closes the timeline, asserts nothing is left in flight, reads the losses back.
   void finish_step(StepState& step);
   void post_communication(std::size_t& index, const std::vector<Action>& actions, StepOutcome& outcome);
-  // A posted receive: its buffer, the batch it is in, and for one posted a block early the batch of the block
-  // the schedule put it in (whose sends its consumer waits for too, as it would have without the early post).
+  // A posted receive: its buffer (undefined: none posted), the batch it is in, and for one posted a block early
+  // the batch of the block the schedule put it in (whose sends its consumer waits for too, as it would have
+  // without the early post).
   struct Received {
     Tensor tensor;
     comm::Work* work = nullptr;
     comm::Work* companion = nullptr;
   };
-  using ReceiveSlot = std::pair<std::map<Key, Received>*, Key>;
+  // The slot of (stage, micro-batch) in the in-flight lists below (asserted in range).
+  std::size_t slot(int stage, int microbatch) const;
   // Allocates the buffer of RECV `a`, adds its op to `ops` and its slot to `receives` (the Work is set once posted).
-  void post_receive(const Action& a, std::vector<comm::P2POp>& ops, std::vector<ReceiveSlot>& receives);
+  void post_receive(const Action& a, std::vector<comm::P2POp>& ops, std::vector<Received*>& receives);
   Tensor forward_input(int stage, int microbatch);
   Tensor backward_dy(int stage, int microbatch);
-  Tensor take_received(std::map<Key, Received>& slots, const Key& key);
+  Tensor take_received(Received& slot);
   // Micro-batch `microbatch`'s inputs (stage 0's forward) or targets (the last stage's), each handed over once:
   // the entry is fetched at the first call and dropped when this rank's readers have taken both, so the data
   // lives as long as the stashes that keep it (the embedding's ids, the loss's targets), not to the step's end.
@@ -156,15 +165,25 @@ class Executor {
   ExecutorOptions options_;
   int last_stage_;
   std::map<int, std::size_t> final_weight_action_;  // stage -> index of its last W/B in this rank's list
+  std::vector<Shape> boundary_shapes_;  // by stage: options_.boundary_shape(stage), asked once (stage > 0)
   Tensor loss_scale_tensor_;
-  // Tensors in flight within one step.
-  std::map<Key, Tensor> forward_out_;   // stage output, until sent or consumed by a local next stage
-  std::map<Key, Tensor> backward_out_;  // stage input gradient, until sent or consumed locally
-  std::map<Key, Received> forward_in_;   // received activations
-  std::map<Key, Received> backward_in_;  // received gradients
-  std::int64_t batch_ = 0;               // run_step's batch, for the data callback
-  std::map<int, MicrobatchData> data_;  // fetched, fields not yet taken (take_data)
+  // Tensors in flight within one step, by slot(stage, micro-batch); an undefined tensor is an empty slot.
+  std::vector<Tensor> forward_out_;     // stage output, until sent or consumed by a local next stage
+  std::vector<Tensor> backward_out_;    // stage input gradient, until sent or consumed locally
+  std::vector<Received> forward_in_;    // received activations
+  std::vector<Received> backward_in_;   // received gradients
+  std::int64_t batch_ = 0;              // run_step's batch, for the data callback
+  // By micro-batch: fetched (this step), fields not yet taken (take_data).
+  struct DataSlot {
+    MicrobatchData data;
+    bool fetched = false;
+  };
+  std::vector<DataSlot> data_;
   std::vector<comm::WorkPtr> works_;  // every batch posted this step (waited for at the end)
+  // One communication block's lists (post_communication), cleared after each block.
+  std::vector<comm::P2POp> ops_, early_ops_;
+  std::vector<Received*> receives_, early_here_, early_receives_;
+  StepState step_;  // run_step's
   std::map<std::size_t, P2PBlock> blocks_;  // this rank's communication blocks by first action (p2p_posting.hpp)
   layers::TimedWaiter timed_waiter_;  // record_timeline: the context's comm waiter during a step (comm_wait.hpp)
   EventTimeline timeline_;  // record_timeline: the step's spans, from events on the run's stream

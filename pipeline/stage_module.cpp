@@ -35,7 +35,9 @@ StageModule::StageModule(std::vector<layers::LayerPtr> blocks, bool is_first, bo
     : blocks_(std::move(blocks)), is_first_(is_first), is_last_(is_last) {
   CLEAVE_ASSERT(!blocks_.empty(), "a stage needs at least one block");
   for (const auto& block : blocks_) {
+    std::vector<layers::Param*>& listed = block_params_.emplace_back();
     for (auto& p : block->params()) {
+      listed.push_back(p.get());
       if (std::find(params_.begin(), params_.end(), p) == params_.end()) params_.push_back(p);
     }
   }
@@ -151,7 +153,7 @@ void StageModule::begin_weight_pass(int microbatch, bool final) {
 
 void StageModule::block_weight(std::size_t i, layers::Stash& stash, layers::Context& ctx, bool final) {
   if (on_grad_begin_) {
-    for (const auto& p : blocks_[i]->params()) on_grad_begin_(*p);
+    for (layers::Param* p : block_params_[i]) on_grad_begin_(*p);
   }
   blocks_[i]->backward_weight(stash, ctx);
   if (ordered_) {
@@ -159,10 +161,10 @@ void StageModule::block_weight(std::size_t i, layers::Stash& stash, layers::Cont
   }
   if (final && partial_grad_sum_ && !lowest_[i].empty()) partial_grad_sum_(lowest_[i]);
   if (final && on_grad_final_) {
-    for (const auto& p : blocks_[i]->params()) on_grad_final_(*p);
+    for (layers::Param* p : block_params_[i]) on_grad_final_(*p);
   }
   if (on_grad_done_) {
-    for (const auto& p : blocks_[i]->params()) on_grad_done_(*p);
+    for (layers::Param* p : block_params_[i]) on_grad_done_(*p);
   }
 }
 

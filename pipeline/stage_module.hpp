@@ -111,6 +111,9 @@ class StageModule {
   std::function<void(const layers::Param&)> on_grad_begin_;
   std::function<void(const layers::Param&)> on_grad_done_;
   std::function<void(const std::vector<layers::Param*>&)> partial_grad_sum_;
+  // Block -> its parameters (blocks_[i]->params(), listed once at construction: the grad callbacks walk it per
+  // micro-batch without making a list).
+  std::vector<std::vector<layers::Param*>> block_params_;
   std::vector<std::vector<layers::Param*>> finishes_;  // block -> params whose lowest block it is
   std::vector<std::vector<layers::Param*>> lowest_;    // the same, never filtered (partial_grad_sum_)
   std::unique_ptr<OrderedGradAccumulator> ordered_;

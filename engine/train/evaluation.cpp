@@ -15,7 +15,7 @@ EvalResult evaluate_batches(RankSetup& s, pipeline::Executor& executor, std::int
   const bool counts = s.counts_loss();
   double loss_sum = 0, correct = 0, items = 0;
   for (std::int64_t b = 0; b < batches; ++b) {
-    const pipeline::StepOutcome outcome = executor.run_step(b);
+    const pipeline::StepOutcome& outcome = executor.run_step(b);  // the executor's, until its next run_step
     ops::check_device_status(s.context);  // bad token ids / targets a GPU kernel recorded (no-op on the CPU)
     if (!counts) continue;
     for (const auto& [microbatch, c] : outcome.evaluations) {

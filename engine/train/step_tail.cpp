@@ -10,6 +10,17 @@
 #include "layers/layer_util.hpp"
 
 namespace cleave::train {
+namespace {
+
+// The norm of the sum of every rank's exact sums of squares over `comm`: the wire form in a fixed array, reduced in
+// place (nothing allocated).
+double summed_norm(comm::Communicator& comm, const kernels::ExactSquareSum& local) {
+  kernels::ExactSquareSum::Wire wire = local.wire();
+  reduce_doubles_into(comm, wire, wire, comm::ReduceOp::kSum);
+  return std::sqrt(kernels::ExactSquareSum::from_wire(wire).to_double());
+}
+
+}  // namespace
 
 StepTail::StepTail(RankSetup& setup, RankModel& model, std::function<void(int bucket)> after_bucket_launch)
     : setup_(setup), model_(model), unique_params_(optim::unique_params(model.params())) {
@@ -84,13 +95,8 @@ void StepTail::optimizer_step() {
   // With dp > 1 each rank counts its dp shard of every gradient and the sum runs over the whole world. The sums
   // are exact (kernels/exact_square_sum.hpp), so the norm's bits do not depend on how dp, ZeRO or ep split the
   // gradients, nor on the reduction order.
-  result_.grad_norm =
-      data_parallel_
-          ? std::sqrt(kernels::ExactSquareSum::from_wire(
-                          reduce_doubles(setup_.world, data_parallel_->local_grad_sum_of_squares(counted).to_wire(),
-                                         comm::ReduceOp::kSum))
-                          .to_double())
-          : global_norm_without_dp(counted);
+  result_.grad_norm = data_parallel_ ? summed_norm(setup_.world, data_parallel_->local_grad_sum_of_squares(counted))
+                                     : global_norm_without_dp(counted);
   result_.lr = lr_schedule_.lr_at(step_);
   // A NaN or an infinity anywhere would reach every weight through the update (and a checkpoint after it): the
   // step is skipped instead. The norm is the same reduced value on every rank, so they all skip.
@@ -111,9 +117,7 @@ void StepTail::optimizer_step() {
 double StepTail::global_norm_without_dp(const optim::ParamFilter& counted) {
   const kernels::ExactSquareSum local =
       optim::unique_grad_sum_of_squares(unique_params_, counted, setup_.context, grad_list_);
-  return std::sqrt(kernels::ExactSquareSum::from_wire(
-                       reduce_doubles(*setup_.model_parallel, local.to_wire(), comm::ReduceOp::kSum))
-                       .to_double());
+  return summed_norm(*setup_.model_parallel, local);
 }
 
 std::int64_t StepTail::optimizer_steps_done() const {

@@ -235,6 +235,8 @@ TrainSummary run_steps(Trainer& trainer, Trainer::Impl& impl, const StartPoint& 
   const bool reports = impl.setup.reports();
   std::int64_t nonfinite_in_a_row = 0;
   TrainSummary summary;
+  // Every step's stats, listed once (no regrowth in the loop); the metrics row and its line are the run's output.
+  summary.steps.reserve(static_cast<std::size_t>(std::max<std::int64_t>(cfg.train.steps - start.step, 0)));
   for (std::int64_t step = start.step; step < cfg.train.steps; ++step) {
     const StepStats stats = trainer.step(step);
     summary.steps.push_back(stats);

@@ -92,7 +92,8 @@ StepStats Trainer::step(std::int64_t step) {
   s.setup.context.step = step;  // model.forced_routing's workloads (layers/layer.hpp)
   s.tail.begin(step);
   s.router_metrics.begin_step();
-  pipeline::StepOutcome outcome = s.executor->run_step(step);  // forward, backward, reduction, optimizer
+  // Forward, backward, reduction, optimizer; the outcome is the executor's (reused from step to step).
+  pipeline::StepOutcome& outcome = s.executor->run_step(step);
   ops::check_device_status(s.setup.context);  // bad token ids / targets a GPU kernel recorded (CPU: no-op)
   s.staged_batches.clear();  // check_device_status waited for the stream: the uploads have finished
   if (s.setup.config.train.trace) s.last_timeline = std::move(outcome.timeline);

@@ -3,6 +3,7 @@
 #include "engine/train/trainer_impl.hpp"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 
 #include "engine/core/error.hpp"
@@ -69,10 +70,9 @@ double Trainer::Impl::commit_pending_save() {
 
 StepEnd Trainer::Impl::agree_on_step_end() {
   const bool writing = pending_save && pending_save->writing();
-  const auto peaks = reduce_doubles(setup.world,
-                                    {static_cast<double>(setup.allocator->stats().peak_total), writing ? 1.0 : 0.0,
-                                     stop_requested() ? 1.0 : 0.0},
-                                    comm::ReduceOp::kMax);
+  std::array<double, 3> peaks = {static_cast<double>(setup.allocator->stats().peak_total), writing ? 1.0 : 0.0,
+                                 stop_requested() ? 1.0 : 0.0};
+  reduce_doubles_into(setup.world, peaks, peaks, comm::ReduceOp::kMax);  // in place: nothing allocated
   if (pending_save && peaks[1] == 0.0) {
     const std::int64_t saved = pending_save->steps_done();
     committed_in_step = {saved, commit_pending_save()};

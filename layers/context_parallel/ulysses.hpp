@@ -14,17 +14,25 @@
 //
 // Each is one batch_p2p over ctx.cp_comm (a send and a receive per peer; the own block is copied), with
 // per-peer buffers packed and unpacked by ops::copy_2d (kCommunication, freed on return). Blocking: the result
-// is complete on return. Values move without arithmetic, so the results are bit-exact.
+// is complete on return. Values move without arithmetic, so the results are bit-exact. The part, buffer and op
+// lists sit in fixed arrays (at most kMaxParts parts; up to kInlinePeers cp ranks), so a call allocates nothing
+// but its tensors (the allocator's cached blocks); a wider cp group keeps its per-peer lists on the heap.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <vector>
+#include <initializer_list>
 
 #include "layers/layer.hpp"
 
 namespace cleave::layers {
 
-Tensor seq_to_heads(Context& ctx, const Tensor& x, const std::vector<std::int64_t>& part_heads, std::int64_t head_dim);
-Tensor heads_to_seq(Context& ctx, const Tensor& y, const std::vector<std::int64_t>& part_heads, std::int64_t head_dim);
+inline constexpr std::size_t kMaxParts = 3;      // q | k | v
+inline constexpr std::size_t kInlinePeers = 16;  // cp ranks whose lists fit in place
+
+Tensor seq_to_heads(Context& ctx, const Tensor& x, std::initializer_list<std::int64_t> part_heads,
+                    std::int64_t head_dim);
+Tensor heads_to_seq(Context& ctx, const Tensor& y, std::initializer_list<std::int64_t> part_heads,
+                    std::int64_t head_dim);
 
 }  // namespace cleave::layers

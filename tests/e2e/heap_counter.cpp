@@ -1,9 +1,10 @@
-// The replaced global operator new and delete of the steady-state test binary and the owner of each allocation
+// The replaced global operator new and delete of the steady-state test binaries and the owner of each allocation
 // (heap_counter.hpp). Allocations go to malloc / aligned_alloc as the default ones do; only the counting is added.
-// Owners come from backtrace() and dladdr(), neither of which calls operator new; each return address's class is
+// Classes come from backtrace() and dladdr(), neither of which calls operator new; each return address's class is
 // remembered in a fixed table (dladdr scans an object's symbols), and a thread's own guard keeps an allocation made
 // while classifying (none expected) from recursing. An engine allocation's site (its innermost frames of ours) is
-// counted in a second fixed table, named only when sites() is asked, after counting.
+// counted in a second fixed table (one with no room left counts it as unsited), named only when sites() is asked,
+// after counting; owners are read from the named sites (by_owner), never while counting.
 #include "heap_counter.hpp"
 
 #include <cxxabi.h>
@@ -17,20 +18,21 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <new>
+#include <string_view>
+#include <utility>
 
 namespace cleave::testing::heap {
 namespace {
 
 enum class Frame : std::uint8_t { kUnknown, kOther, kKernels, kEngine, kOneDnnExecute, kMpi };
-enum Owner { kKernels, kEngine, kUnnamed, kOneDnnExecute, kMpi, kOwners };
+enum Class { kKernels, kEngine, kUnnamed, kOneDnnExecute, kMpi, kUnsited, kClasses };
 
 std::atomic<bool> g_armed{false};
-std::atomic<std::int64_t> g_counts[kOwners];
+std::atomic<std::int64_t> g_counts[kClasses];
 std::atomic<std::int64_t> g_trace_left{0};
 thread_local bool t_inside = false;
-std::atomic<EngineObserver> g_observer{nullptr};
-std::atomic<void*> g_observer_context{nullptr};
 
 // Return address -> class, open addressing; a full table just stops remembering.
 constexpr std::size_t kSlots = 1 << 16;
@@ -85,7 +87,8 @@ Frame classify(void* address) {
   return found;
 }
 
-// Engine allocation sites: the innermost kSiteDepth return addresses of ours -> count; a full table stops adding.
+// Engine allocation sites: the innermost kSiteDepth return addresses of ours -> count; with no room left (256
+// probes) an allocation is counted as unsited instead.
 constexpr int kSiteDepth = 12;
 constexpr std::size_t kSiteSlots = 1 << 12;
 struct SiteSlot {
@@ -107,15 +110,17 @@ void count_site(void* const* frames, int n) {
   std::size_t slot = (hash >> 3) % kSiteSlots;
   while (g_sites_lock.test_and_set(std::memory_order_acquire)) {
   }
-  for (std::size_t probe = 0; probe < 256; ++probe, slot = (slot + 1) % kSiteSlots) {
+  bool sited = false;
+  for (std::size_t probe = 0; probe < 256 && !sited; ++probe, slot = (slot + 1) % kSiteSlots) {
     SiteSlot& s = g_sites[slot];
     if (s.count == 0) std::copy(ours, ours + kSiteDepth, s.frames);
     if (std::equal(ours, ours + kSiteDepth, s.frames)) {
       ++s.count;
-      break;
+      sited = true;
     }
   }
   g_sites_lock.clear(std::memory_order_release);
+  if (!sited) g_counts[kUnsited].fetch_add(1, std::memory_order_relaxed);
 }
 
 std::string frame_name(void* address) {
@@ -132,7 +137,7 @@ std::string frame_name(void* address) {
   return name;
 }
 
-Owner owner_of(void* const* frames, int n) {
+Class class_of(void* const* frames, int n) {
   Frame first_ours = Frame::kUnknown;
   for (int i = 0; i < n; ++i) {
     const Frame f = classify(frames[i]);
@@ -150,13 +155,10 @@ void count(std::size_t bytes) {
   t_inside = true;
   void* frames[64];
   const int n = backtrace(frames, 64);
-  const Owner owner = owner_of(frames, n);
-  g_counts[owner].fetch_add(1, std::memory_order_relaxed);
-  if (owner == kEngine) {
-    count_site(frames, n);
-    if (const EngineObserver observer = g_observer.load()) observer(g_observer_context.load(), frames, n);
-  }
-  if (owner != kOneDnnExecute && owner != kMpi && g_trace_left.fetch_sub(1, std::memory_order_relaxed) > 0) {
+  const Class cls = class_of(frames, n);
+  g_counts[cls].fetch_add(1, std::memory_order_relaxed);
+  if (cls == kEngine) count_site(frames, n);
+  if (cls != kOneDnnExecute && cls != kMpi && g_trace_left.fetch_sub(1, std::memory_order_relaxed) > 0) {
     char line[64];
     const int len = std::snprintf(line, sizeof line, "--- allocation of %zu bytes\n", bytes);
     if (write(2, line, static_cast<std::size_t>(len)) < 0) {
@@ -179,11 +181,7 @@ void* allocate(std::size_t bytes, std::size_t align) {
 std::string Counts::str() const {
   return std::to_string(kernels) + " in the kernel layer, " + std::to_string(engine) + " elsewhere in the engine, " +
          std::to_string(unnamed) + " unnamed, " + std::to_string(onednn_execute) + " inside oneDNN's execute, " +
-         std::to_string(mpi) + " inside MPI";
-}
-
-bool Site::mentions(const std::string& part) const {
-  return std::any_of(frames.begin(), frames.end(), [&](const std::string& f) { return f.find(part) != f.npos; });
+         std::to_string(mpi) + " inside MPI" + (unsited > 0 ? ", " + std::to_string(unsited) + " unsited" : "");
 }
 
 std::string Site::str(std::size_t depth) const {
@@ -220,13 +218,51 @@ void start() {
 
 Counts stop() {
   g_armed.store(false);
-  return Counts{g_counts[kKernels].load(), g_counts[kEngine].load(), g_counts[kUnnamed].load(),
-                g_counts[kOneDnnExecute].load(), g_counts[kMpi].load()};
+  return Counts{g_counts[kKernels].load(), g_counts[kEngine].load(),        g_counts[kUnnamed].load(),
+                g_counts[kOneDnnExecute].load(), g_counts[kMpi].load(), g_counts[kUnsited].load()};
 }
 
-void observe_engine(EngineObserver observer, void* context) {
-  g_observer_context.store(context);
-  g_observer.store(observer);
+__attribute__((noinline)) void probe() {
+  void* volatile p = ::operator new(1);  // an explicit call: not elided
+  ::operator delete(p);
+}
+
+Owner probe_owner() { return {"the counter's probe (one allocation, expected)", {"testing::heap::probe"}, Hold::kNever}; }
+
+ByOwner by_owner(const std::vector<Site>& sites, const std::vector<Owner>& owners) {
+  ByOwner out{std::vector<std::int64_t>(owners.size() + 1, 0), std::vector<std::string>(owners.size() + 1)};
+  for (const Site& site : sites) {
+    std::size_t owner = owners.size();
+    for (std::size_t f = 0; f < site.frames.size() && owner == owners.size(); ++f) {
+      const std::string& frame = site.frames[f];
+      const std::string_view name(frame.data(), std::min(frame.find('('), frame.size()));  // not the parameters
+      for (std::size_t i = 0; i < owners.size() && owner == owners.size(); ++i) {
+        for (const char* part : owners[i].parts) {
+          if (name.find(part) != std::string_view::npos) {
+            owner = i;
+            break;
+          }
+        }
+      }
+    }
+    out.count[owner] += site.count;
+    if (out.example[owner].empty()) out.example[owner] = site.str(6);
+  }
+  return out;
+}
+
+void print_largest_sites(const std::vector<Site>& sites) {
+  const char* n = std::getenv("CLEAVE_HEAP_SITES");
+  if (n == nullptr) return;
+  const char* depth = std::getenv("CLEAVE_HEAP_SITE_DEPTH");
+  std::map<std::string, std::int64_t> grouped;
+  for (const Site& s : sites) grouped[s.str(depth != nullptr ? std::stoul(depth) : 1)] += s.count;
+  std::vector<std::pair<std::int64_t, std::string>> largest;
+  for (const auto& [site, count] : grouped) largest.emplace_back(count, site);
+  std::sort(largest.rbegin(), largest.rend());
+  for (std::size_t i = 0; i < largest.size() && i < std::stoul(n); ++i) {
+    std::printf("    %6lld  %s\n", static_cast<long long>(largest[i].first), largest[i].second.c_str());
+  }
 }
 
 }  // namespace cleave::testing::heap

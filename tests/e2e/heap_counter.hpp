@@ -1,9 +1,10 @@
-// Counts the heap allocations (global operator new, every form) a stretch of code makes, for the steady-state
-// test (steady_state_heap_test.cpp). Linking heap_counter.cpp replaces the program's operator new and delete, so
-// it lives in a test binary of its own, linked with its symbols exported (ENABLE_EXPORTS) so that dladdr names our
-// functions: the counting is process state by nature (the one place a test keeps any).
+// Counts the heap allocations (global operator new, every form) a stretch of code makes, and names their owners, for
+// the steady-state tests (steady_state_heap_test.cpp on one rank, steady_state_heap_mpi_test.cpp under mpiexec).
+// Linking heap_counter.cpp replaces the program's operator new and delete, so it lives in test binaries of their
+// own, linked with their symbols exported (ENABLE_EXPORTS) so that dladdr names our functions: the counting is
+// process state by nature (the one place a test keeps any).
 //
-// Each allocation made while counting is charged to one owner, read from its call stack:
+// One mechanism, two levels. Each allocation made while counting is charged to one class, read from its call stack:
 //  - kOneDnnExecute: made inside oneDNN's dnnl_primitive_execute (oneDNN 2.x builds a map of the call's arguments
 //    and an execution context per execute: out of our reach);
 //  - kMpi: made inside the MPI library (a frame in libmpi, libopen-pal, libopen-rte, pmix or ucx);
@@ -14,13 +15,14 @@
 //    executor, trainer);
 //  - kUnnamed: no named function of ours on the stack (code of ours with internal linkage run from an OpenMP worker,
 //    or a library's own thread).
-// malloc from C code (OpenBLAS, libgomp, MPI's own allocators, oneDNN's buffers) is not operator new and is not
-// counted. CLEAVE_HEAP_TRACE=N prints the call stacks of the first N allocations of each stretch not charged to
-// oneDNN's execute or MPI (stderr; addresses for addr2line).
-//
-// The engine's allocations are also grouped by site: the innermost kSiteDepth frames of ours on the stack (the
-// allocator's, the tensor's, then the layer's or the executor's that asked), so a test can name the owner of each
-// and print the largest (sites(), after stop()).
+// The engine's allocations are then grouped by site (the innermost kSiteDepth frames of ours on the stack), and a
+// test's table of owners charges each site to the first owner one of its frames names, innermost frame first
+// (by_owner). malloc from C code (OpenBLAS, libgomp, MPI's own allocators, oneDNN's buffers) is not operator new and
+// is not counted. probe() makes one allocation of ours at a known site, so a test can show that the counter sees
+// and names what is made while it counts (a counter that sees nothing cannot pass). Environment:
+// CLEAVE_HEAP_TRACE=N prints the call stacks of the first N allocations of each stretch not charged to oneDNN's
+// execute or MPI (stderr; addresses for addr2line); CLEAVE_HEAP_SITES=N prints the N largest sites
+// (print_largest_sites), grouped by their innermost CLEAVE_HEAP_SITE_DEPTH frames (default 1).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,7 @@ struct Counts {
   std::int64_t unnamed = 0;
   std::int64_t onednn_execute = 0;
   std::int64_t mpi = 0;
+  std::int64_t unsited = 0;  // engine allocations the site table had no room for (a test asserts none)
   std::string str() const;
 };
 
@@ -43,8 +46,7 @@ struct Counts {
 struct Site {
   std::int64_t count = 0;
   std::vector<std::string> frames;
-  bool mentions(const std::string& part) const;  // any frame's name contains part
-  std::string str(std::size_t depth) const;      // the innermost depth frames' names (no parameters), " < " between
+  std::string str(std::size_t depth) const;  // the innermost depth frames' names (no parameters), " < " between
 };
 
 // Counting between start() and stop() (one stretch at a time).
@@ -54,10 +56,32 @@ Counts stop();
 // The engine's allocations (Counts::engine) of the last stretch by site, the largest first. Call after stop().
 std::vector<Site> sites();
 
-// Optional finer owners (the multi-rank test's areas, steady_state_heap_mpi_test.cpp): while set, `observer` is called
-// with `context` and the call stack of each counted allocation charged to the engine (kEngine), inside the counter's
-// guard. It must not allocate (dladdr and fixed tables only). Set it before start(); nullptr clears it.
-using EngineObserver = void (*)(void* context, void* const* frames, int n);
-void observe_engine(EngineObserver observer, void* context);
+// One allocation (and its free) at the site heap::probe: call it once while counting; probe_owner() names it.
+void probe();
+
+// Whether a test holds an owner to zero: always, only in cases without mixture-of-experts layers (whose host
+// routing and tensor sizes vary from step to step), or never (printed only).
+enum class Hold : std::uint8_t { kAlways, kWithoutMoe, kNever };
+
+// An owner of engine allocations: a frame whose name (without its parameters) contains one of `parts` is its.
+struct Owner {
+  const char* name;
+  std::vector<const char*> parts;
+  Hold hold;
+};
+Owner probe_owner();  // probe()'s site: a test puts it in its table and expects exactly one allocation there
+
+// The engine's allocations of the last stretch by owner: each site is charged to the first owner one of its frames
+// names, innermost frame first (owners tried in table order for each frame); `count` and `example` (the first
+// site's innermost frames) have owners.size() + 1 entries, the last for sites no owner names.
+struct ByOwner {
+  std::vector<std::int64_t> count;
+  std::vector<std::string> example;
+};
+ByOwner by_owner(const std::vector<Site>& sites, const std::vector<Owner>& owners);
+
+// CLEAVE_HEAP_SITES=N: prints the N largest sites (stdout), grouped by their innermost CLEAVE_HEAP_SITE_DEPTH
+// frames (1); nothing when unset.
+void print_largest_sites(const std::vector<Site>& sites);
 
 }  // namespace cleave::testing::heap

@@ -1,6 +1,8 @@
 // DataSource batch assembly: global-batch indexing, dp sharding, micro-batch slicing, epoch permutations.
 #include "engine/train/data/data_source.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cstring>
 #include <numeric>
 
@@ -56,10 +58,10 @@ const std::vector<std::int64_t>& DataSource::epoch_order(std::uint64_t epoch) co
 }
 
 Batch DataSource::allocate(std::int64_t rows, Allocator& allocator) const {
-  auto with_batch = [rows](const Shape& sample) {
-    std::vector<std::int64_t> dims = {rows};
-    dims.insert(dims.end(), sample.dims().begin(), sample.dims().end());
-    return Shape(std::span<const std::int64_t>(dims));
+  auto with_batch = [rows](const Shape& sample) {  // [rows, sample...], built in place (the Shape checks the rank)
+    std::array<std::int64_t, Shape::kMaxDims + 1> dims{rows};
+    std::copy(sample.dims().begin(), sample.dims().end(), dims.begin() + 1);
+    return Shape(std::span<const std::int64_t>(dims.data(), sample.dims().size() + 1));
   };
   Batch batch;
   batch.inputs = Tensor::empty(with_batch(sample_shape()), input_dtype(), MemoryCategory::kActivations, allocator);

@@ -57,7 +57,7 @@ std::vector<D> ring_calls(const Core& x) {
 CpCorePass ring_forward(const Core& x, const std::vector<D>& calls, bool assemble) {
   CpCorePass p;
   PassWork& e = p.extra;
-  copy(e, x.b * x.tl * (x.q + 2 * x.k), x.s, x.s, 2 * 3 * x.b);  // take q, k, v of 2 chunks, per sample
+  copy(e, x.b * x.tl * (x.q + 2 * x.k), x.s, x.s, 2 * 3);        // take q, k, v of 2 chunks: one copy_3d each
   if (x.bf16) copy(e, x.b * x.tl * x.q, x.s, kF32, 2);            // q widened
   copy(e, x.b * x.tl * (x.q + x.hq), 0, kF32, 4);                 // out32 = 0, lse = -inf
   if (x.bf16) copy(e, x.cp * x.b * x.tl * 2 * x.k, x.s, kF32, 4 * x.cp);  // each step's K, V chunks widened
@@ -68,17 +68,18 @@ CpCorePass ring_forward(const Core& x, const std::vector<D>& calls, bool assembl
     e.kernels += call.kernels + 1;
   }
   if (x.bf16) copy(e, x.b * x.tl * x.q, kF32, x.s, 2);  // out rounded
-  if (assemble) copy(e, x.b * x.tl * x.q, x.s, x.s, 2 * x.b);
+  if (assemble) copy(e, x.b * x.tl * x.q, x.s, x.s, 2);         // one copy_3d per chunk
   return p;
 }
 
-// ring_attention_backward after its forward's tensors: dout's chunks, the widened dout, q, out (bf16), the fills of dq
-// and the travelling dK/dV, each step's block widened (bf16), each call (accumulating), and dqkv assembled.
+// ring_attention_backward after its forward's tensors: dout's chunks taken in f32 (widened on the way under bf16),
+// q and out widened (bf16), the fills of dq and the travelling dK/dV, each step's block widened (bf16), each call
+// (accumulating), and dqkv assembled from the f32 accumulators (rounded on the way under bf16).
 CpCorePass ring_backward(const Core& x, const std::vector<D>& calls) {
   CpCorePass p;
   PassWork& e = p.extra;
-  copy(e, x.b * x.tl * x.q, x.s, x.s, 2 * x.b);                   // take dout's chunks
-  if (x.bf16) copy(e, 3 * x.b * x.tl * x.q, x.s, kF32, 6);        // dout, q, out widened
+  copy(e, x.b * x.tl * x.q, x.s, kF32, 2);                        // take dout's chunks in f32: one copy_3d each
+  if (x.bf16) copy(e, 2 * x.b * x.tl * x.q, x.s, kF32, 4);        // q, out widened
   copy(e, x.b * x.tl * (x.q + 2 * x.k), 0, kF32, 6);              // dq, dK, dV = 0
   if (x.bf16) copy(e, x.cp * x.b * x.tl * 2 * x.k, x.s, kF32, 4 * x.cp);
   for (const D pairs : calls) {
@@ -88,8 +89,7 @@ CpCorePass ring_backward(const Core& x, const std::vector<D>& calls) {
     e.kernels += call.kernels;
   }
   e.stream_bytes -= x.b * x.tl * (x.q + 2 * x.k) * x.s;  // what one rank's kernel writes of dqkv, its share
-  if (x.bf16) copy(e, x.b * x.tl * (x.q + 2 * x.k), kF32, x.s, 6);  // dq, dK, dV rounded
-  copy(e, x.b * x.tl * (x.q + 2 * x.k), x.s, x.s, 6 * x.b);         // put into dqkv, per sample
+  copy(e, x.b * x.tl * (x.q + 2 * x.k), kF32, x.s, 6);  // dq, dK, dV put into dqkv (rounded): one copy_3d each
   return p;
 }
 

@@ -9,10 +9,11 @@
 //    and in F one log-sum-exp merge (reads out, lse and the block's part_out, part_lse, writes out, lse: 3 · b · c ·
 //    (Q + Hq) f32), in B one backward call (its own rowsum(dO ∘ O) and fused kernel: 2 kernels) that reads and writes
 //    the running dq, dK, dV of its chunks (2 · b · c · (Q + 2K) f32) where one rank's kernel writes dqkv once
-//    (b · T · (Q + 2K) · s, ÷ cp); around them the chunk copies (take / put: one copy_2d per sample, reading and
-//    writing), the fills of the f32 accumulators, and under bf16 the widening copies (q, each step's K/V block, dout,
-//    out) and the roundings back. Selective recomputation reruns the forward ring without assembling its output,
-//    full recomputation the whole forward.
+//    (b · T · (Q + 2K) · s, ÷ cp); around them the chunk copies (take / put: one copy_3d per chunk and tensor for
+//    every sample, reading and writing), the fills of the f32 accumulators, and under bf16 the widening copies (q,
+//    each step's K/V block, out; dout widened by its take) and the outputs rounded (dq, dK, dV by their put).
+//    Selective recomputation reruns the forward ring without assembling its output, full recomputation the whole
+//    forward.
 //  - all_to_all (layers/context_parallel/ulysses.cpp): each exchange packs cp send blocks (one copy_2d per block and
 //    tensor part: q, k, v are 3 parts) and unpacks cp received ones, 4 · b · Tl · W · s bytes over cp · (parts + 1)
 //    kernels for a tensor of W columns per token: qkv there and out back in F, dout there and dqkv back in B (full

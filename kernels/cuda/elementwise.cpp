@@ -57,4 +57,14 @@ void cast_bf16_to_f32(const __nv_bfloat16* x, float* y, int64_t n, cudaStream_t 
   CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_cast_bf16_to_f32(x, y, n, stream), "cast_bf16_to_f32_kernel");
 }
 
+void strided_copy(const void* src, void* dst, std::size_t elem_bytes, CopyCast cast, const StridedCopy& shape,
+                  cudaStream_t stream) {
+  CLEAVE_ASSERT(shape.batches >= 0 && shape.rows >= 0 && shape.cols >= 0, "cuda strided_copy: negative shape {} {} {}",
+                shape.batches, shape.rows, shape.cols);
+  CLEAVE_ASSERT(cast != CopyCast::kNone || elem_bytes == 1 || elem_bytes == 2 || elem_bytes == 4 || elem_bytes == 8,
+                "cuda strided_copy: elements of {} bytes", elem_bytes);
+  CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_strided_copy(src, dst, elem_bytes, cast, shape, stream),
+                           "strided_copy_kernel");
+}
+
 }  // namespace cleave::kernels::cuda

@@ -1,6 +1,6 @@
-// Element-wise kernels, the sum-of-squares reduction and casts (elementwise.hpp). Grid-stride loops over int64
-// indices; the reduction is two fixed-shape passes (per-block partials, then one block), so its bits depend
-// on n only.
+// Element-wise kernels, the sum-of-squares reduction, casts and the strided copy (elementwise.hpp). Grid-stride
+// loops over int64 indices; the reduction is two fixed-shape passes (per-block partials, then one block), so its
+// bits depend on n only.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/elementwise.hpp"
 
@@ -51,6 +51,32 @@ __global__ void cast_f32_to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_
 
 __global__ void cast_bf16_to_f32_kernel(const __nv_bfloat16* x, float* y, int64_t n) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = __bfloat162float(x[i]);
+}
+
+// One element of a strided copy: the bits in one type, or the cast kernels' rounding / widening.
+template <typename T>
+__device__ __forceinline__ void put(T* y, T x) {
+  *y = x;
+}
+__device__ __forceinline__ void put(__nv_bfloat16* y, float x) { *y = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void put(float* y, __nv_bfloat16 x) { *y = __bfloat162float(x); }
+
+// Element i of batches x rows x cols, in row-major order of the three (consecutive threads: consecutive columns).
+template <typename From, typename To>
+__global__ void strided_copy_kernel(const From* x, To* y, StridedCopy s) {
+  const int64_t per_batch = s.rows * s.cols;
+  const int64_t n = per_batch * s.batches;
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const int64_t b = i / per_batch, r = (i % per_batch) / s.cols, c = i % s.cols;
+    put(y + b * s.dst_batch + r * s.dst_row + c, x[b * s.src_batch + r * s.src_row + c]);
+  }
+}
+
+template <typename From, typename To>
+cudaError_t strided_copy_as(const void* x, void* y, const StridedCopy& s, cudaStream_t stream) {
+  strided_copy_kernel<<<grid_for(s.batches * s.rows * s.cols), kThreads, 0, stream>>>(static_cast<const From*>(x),
+                                                                                      static_cast<To*>(y), s);
+  return cudaGetLastError();
 }
 
 template <typename T>
@@ -107,6 +133,31 @@ cudaError_t launch_cast_bf16_to_f32(const __nv_bfloat16* x, float* y, int64_t n,
   if (n == 0) return cudaSuccess;
   cast_bf16_to_f32_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
   return cudaGetLastError();
+}
+
+cudaError_t launch_strided_copy(const void* src, void* dst, std::size_t elem_bytes, CopyCast cast,
+                                const StridedCopy& shape, cudaStream_t stream) {
+  if (shape.batches * shape.rows * shape.cols == 0) return cudaSuccess;
+  switch (cast) {
+    case CopyCast::kF32ToBf16:
+      return strided_copy_as<float, __nv_bfloat16>(src, dst, shape, stream);
+    case CopyCast::kBf16ToF32:
+      return strided_copy_as<__nv_bfloat16, float>(src, dst, shape, stream);
+    case CopyCast::kNone:
+      break;
+  }
+  switch (elem_bytes) {
+    case 1:
+      return strided_copy_as<uint8_t, uint8_t>(src, dst, shape, stream);
+    case 2:
+      return strided_copy_as<uint16_t, uint16_t>(src, dst, shape, stream);
+    case 4:
+      return strided_copy_as<uint32_t, uint32_t>(src, dst, shape, stream);
+    case 8:
+      return strided_copy_as<uint64_t, uint64_t>(src, dst, shape, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t launch_scale_matrix(void* c, bool bf16, int64_t rows, int64_t cols, int64_t ld, int64_t stride,

@@ -33,6 +33,17 @@ void sum_squares(const float* x, int64_t n, double* out, void* workspace, std::s
 void cast_f32_to_bf16(const float* x, __nv_bfloat16* y, int64_t n, cudaStream_t stream);
 void cast_bf16_to_f32(const __nv_bfloat16* x, float* y, int64_t n, cudaStream_t stream);
 
+// Strided 3D copy (ops::copy_3d's shape, in elements, pointers at each side's element 0): for b < batches,
+// r < rows, c < cols, dst[b·dst_batch + r·dst_row + c] = src[b·src_batch + r·src_row + c], in ONE launch.
+// kNone moves elements of elem_bytes (1, 2, 4 or 8) as bits; the casts round / widen as the cast kernels above.
+struct StridedCopy {
+  int64_t batches = 0, rows = 0, cols = 0;
+  int64_t src_batch = 0, src_row = 0, dst_batch = 0, dst_row = 0;
+};
+enum class CopyCast { kNone, kF32ToBf16, kBf16ToF32 };
+void strided_copy(const void* src, void* dst, std::size_t elem_bytes, CopyCast cast, const StridedCopy& shape,
+                  cudaStream_t stream);
+
 namespace detail {
 // Launchers (elementwise.cu) return the launch status; the functions above check it.
 enum class BinaryOp { kAdd, kAxpy, kScale, kFill };
@@ -42,6 +53,8 @@ unsigned int sum_squares_blocks(int64_t n);
 cudaError_t launch_sum_squares(const float* x, int64_t n, double* out, double* partials, cudaStream_t stream);
 cudaError_t launch_cast_f32_to_bf16(const float* x, __nv_bfloat16* y, int64_t n, cudaStream_t stream);
 cudaError_t launch_cast_bf16_to_f32(const __nv_bfloat16* x, float* y, int64_t n, cudaStream_t stream);
+cudaError_t launch_strided_copy(const void* src, void* dst, std::size_t elem_bytes, CopyCast cast,
+                                const StridedCopy& shape, cudaStream_t stream);
 // C = beta * C for `batch` row-major [rows, cols] matrices (leading dimension ld, batch stride `stride`), f32
 // or bf16; beta == 0 writes zeros without reading C (BLAS semantics). Used by gemm when k == 0.
 cudaError_t launch_scale_matrix(void* c, bool bf16, int64_t rows, int64_t cols, int64_t ld, int64_t stride,

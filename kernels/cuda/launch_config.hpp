@@ -169,6 +169,7 @@ inline std::vector<KernelLaunch> kernel_launches(const Problem& p) {
       {"sum_squares_exact_kernel", sum_squares_exact(p.n)},  // sum_squares_exact.cu
       {"cast_f32_to_bf16_kernel", elementwise},
       {"cast_bf16_to_f32_kernel", elementwise},
+      {"strided_copy_kernel", elementwise},                         // ops::copy_3d: batches x rows x cols
       {"scale_matrix_kernel", grid_stride(p.rows * p.cols)},       // gemm with k == 0: C [rows, cols] scaled
       {"embedding_forward_kernel", token_rows},                     // embedding.cu
       {"count_kernel", grid_stride(p.tokens)},

@@ -77,6 +77,7 @@ struct Backend {
   void (*fill)(const Context&, const Tensor&, float);
   void (*copy)(const Context&, const Tensor& src, const Tensor& dst);
   void (*copy_2d)(const Context&, const Tensor& src, const Tensor& dst, const Copy2d& shape);
+  void (*copy_3d)(const Context&, const Tensor& src, const Tensor& dst, const Copy3d& shape);
   void (*add)(const Context&, const Tensor& a, const Tensor& b, const Tensor& out);
   void (*add_inplace)(const Context&, const Tensor& y, const Tensor& x);
   void (*scale_inplace)(const Context&, const Tensor& y, float alpha);

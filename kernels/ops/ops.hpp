@@ -97,6 +97,20 @@ struct Copy2d {
   std::int64_t dst_offset = 0, dst_stride = 0;
 };
 void copy_2d(const Context& ctx, const Tensor& src, const Tensor& dst, const Copy2d& shape);
+// Strided 3D copy: `batches` blocks of copy_2d's shape, each side's block b starting b·batch_stride elements after
+// its block 0: for b < batches, r < rows, c < cols,
+//   dst[dst_offset + b·dst_batch_stride + r·dst_row_stride + c] =
+//       src[src_offset + b·src_batch_stride + r·src_row_stride + c],
+// in one dtype (the bytes moved) or converted f32 <-> bf16 (rounded to nearest even / widened exactly: copy's bits).
+// One launch per call on a GPU: ring attention's chunk of every sample at once, widened or rounded on the way.
+// Every element must lie inside its tensor, row strides >= cols and, for batches > 1, dst_batch_stride >=
+// (rows - 1)·dst_row_stride + cols, so no two writes land on one element (checked); src and dst must not overlap.
+struct Copy3d {
+  std::int64_t batches = 0, rows = 0, cols = 0;
+  std::int64_t src_offset = 0, src_batch_stride = 0, src_row_stride = 0;
+  std::int64_t dst_offset = 0, dst_batch_stride = 0, dst_row_stride = 0;
+};
+void copy_3d(const Context& ctx, const Tensor& src, const Tensor& dst, const Copy3d& shape);
 void add(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out);  // out = a + b
 void add_inplace(const Context& ctx, const Tensor& y, const Tensor& x);             // y += x
 void scale_inplace(const Context& ctx, const Tensor& y, float alpha);              // y *= alpha

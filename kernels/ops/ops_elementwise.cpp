@@ -38,6 +38,37 @@ void copy_2d(const Context& ctx, const Tensor& src, const Tensor& dst, const Cop
   slot_of(ctx, &Backend::copy_2d, "copy_2d")(ctx, src, dst, s);
 }
 
+void copy_3d(const Context& ctx, const Tensor& src, const Tensor& dst, const Copy3d& s) {
+  check_on(ctx, "copy_3d", "src", src);
+  check_on(ctx, "copy_3d", "dst", dst);
+  const auto is_float = [](DType d) { return d == DType::kF32 || d == DType::kBF16; };
+  CLEAVE_CHECK(src.dtype() == dst.dtype() || (is_float(src.dtype()) && is_float(dst.dtype())),
+               "copy_3d: cannot convert {} to {}; one dtype, or f32 <-> bf16", dtype_name(src.dtype()),
+               dtype_name(dst.dtype()));
+  CLEAVE_CHECK(s.batches >= 0 && s.rows >= 0 && s.cols >= 0 && s.src_offset >= 0 && s.dst_offset >= 0 &&
+                   s.src_batch_stride >= 0 && s.dst_batch_stride >= 0 && s.src_row_stride >= s.cols &&
+                   s.dst_row_stride >= s.cols,
+               "copy_3d: bad shape batches {} rows {} cols {}, src offset {} strides {} {}, dst offset {} strides "
+               "{} {}",
+               s.batches, s.rows, s.cols, s.src_offset, s.src_batch_stride, s.src_row_stride, s.dst_offset,
+               s.dst_batch_stride, s.dst_row_stride);
+  if (s.batches == 0 || s.rows == 0 || s.cols == 0) return;
+  const std::int64_t block = (s.rows - 1) * s.dst_row_stride + s.cols;  // a batch's span in dst
+  CLEAVE_CHECK(s.batches == 1 || s.dst_batch_stride >= block,
+               "copy_3d: dst batch stride {} is below a batch's span of {} elements ({} rows, stride {}, {} cols): "
+               "batches would overwrite each other",
+               s.dst_batch_stride, block, s.rows, s.dst_row_stride, s.cols);
+  const auto end = [&](std::int64_t offset, std::int64_t batch_stride, std::int64_t row_stride) {
+    return offset + (s.batches - 1) * batch_stride + (s.rows - 1) * row_stride + s.cols;
+  };
+  const std::int64_t src_end = end(s.src_offset, s.src_batch_stride, s.src_row_stride);
+  const std::int64_t dst_end = end(s.dst_offset, s.dst_batch_stride, s.dst_row_stride);
+  CLEAVE_CHECK(src_end <= src.numel() && dst_end <= dst.numel(),
+               "copy_3d: {} batches of {} rows of {} reach element {} of src ({} elements) and {} of dst ({})",
+               s.batches, s.rows, s.cols, src_end, src.numel(), dst_end, dst.numel());
+  slot_of(ctx, &Backend::copy_3d, "copy_3d")(ctx, src, dst, s);
+}
+
 void add(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out) {
   check_float(ctx, "add", "a", a);
   check_float(ctx, "add", "b", b);

@@ -21,23 +21,21 @@ using BlockParams = ops::AttentionParams;
 
 constexpr int kChunks = 2;
 
-// Columns [col, col + cols) of tokens [tok, tok + n) of every sample of x [B, Tl, W], as a new [B, n, cols].
+// Columns [col, col + cols) of tokens [tok, tok + n) of every sample of x [B, Tl, W], as a new [B, n, cols] in
+// `dtype` (x's, or widened / rounded on the way, copy's bits): one copy_3d, whatever B.
 Tensor take(const Context& ctx, const Tensor& x, std::int64_t col, std::int64_t cols, std::int64_t tok, std::int64_t n,
-            MemoryCategory category = MemoryCategory::kActivations) {
+            DType dtype, MemoryCategory category = MemoryCategory::kActivations) {
   const std::int64_t b = x.dim(0), tl = x.dim(1), w = x.dim(2);
-  Tensor out = Tensor::empty(Shape{b, n, cols}, x.dtype(), category, *ctx.allocator);
-  for (std::int64_t s = 0; s < b; ++s) {
-    ops::copy_2d(ctx, x, out, {n, cols, (s * tl + tok) * w + col, w, s * n * cols, cols});
-  }
+  Tensor out = Tensor::empty(Shape{b, n, cols}, dtype, category, *ctx.allocator);
+  ops::copy_3d(ctx, x, out, {b, n, cols, tok * w + col, tl * w, w, 0, n * cols, cols});
   return out;
 }
 
-// The inverse: part [B, n, cols] into columns [col, ...) of tokens [tok, ...) of x [B, Tl, W].
+// The inverse: part [B, n, cols] into columns [col, ...) of tokens [tok, ...) of x [B, Tl, W], converted to x's
+// dtype on the way when part's differs (the f32 accumulators rounded as copy rounds): one copy_3d.
 void put(const Context& ctx, const Tensor& part, const Tensor& x, std::int64_t col, std::int64_t tok) {
   const std::int64_t b = x.dim(0), tl = x.dim(1), w = x.dim(2), n = part.dim(1), cols = part.dim(2);
-  for (std::int64_t s = 0; s < b; ++s) {
-    ops::copy_2d(ctx, part, x, {n, cols, s * n * cols, cols, (s * tl + tok) * w + col, w});
-  }
+  ops::copy_3d(ctx, part, x, {b, n, cols, 0, n * cols, cols, tok * w + col, tl * w, w});
 }
 
 struct Geometry {
@@ -157,9 +155,9 @@ ForwardResult run_forward(Context& ctx, const Tensor& qkv, const RingHeads& h, c
   // end (under fp32 these are r.q and r.out themselves).
   std::array<Tensor, kChunks> q32, out32;
   for (int k = 0; k < kChunks; ++k) {
-    r.q[k] = take(ctx, qkv, 0, g.q_cols(), k * g.c, g.c);
-    r.own.k[k] = take(ctx, qkv, g.q_cols(), g.kv_cols(), k * g.c, g.c);
-    r.own.v[k] = take(ctx, qkv, g.q_cols() + g.kv_cols(), g.kv_cols(), k * g.c, g.c);
+    r.q[k] = take(ctx, qkv, 0, g.q_cols(), k * g.c, g.c, qkv.dtype());
+    r.own.k[k] = take(ctx, qkv, g.q_cols(), g.kv_cols(), k * g.c, g.c, qkv.dtype());
+    r.own.v[k] = take(ctx, qkv, g.q_cols() + g.kv_cols(), g.kv_cols(), k * g.c, g.c, qkv.dtype());
     q32[k] = widened(ctx, r.q[k]);
     out32[k] = new_activation(ctx, Shape{g.b, g.c, g.q_cols()}, DType::kF32);
     r.lse[k] = new_activation(ctx, Shape{g.b, g.hq, g.c}, DType::kF32);
@@ -227,7 +225,9 @@ struct BackwardState {
 BackwardState backward_state(Context& ctx, const Tensor& dout, const ForwardResult& r, const Geometry& g) {
   BackwardState s;
   for (int k = 0; k < kChunks; ++k) {
-    s.d_out[k] = widened(ctx, take(ctx, dout, 0, g.q_cols(), k * g.c, g.c));
+    // Widened as it is taken (the category widened() gives it: the workspace under bf16, under fp32 the chunk).
+    s.d_out[k] = take(ctx, dout, 0, g.q_cols(), k * g.c, g.c, DType::kF32,
+                      g.bf16 ? MemoryCategory::kWorkspace : MemoryCategory::kActivations);
     s.q32[k] = widened(ctx, r.q[k]);
     s.out32[k] = widened(ctx, r.out[k]);
     s.dq[k] = new_activation(ctx, r.q[k].shape(), DType::kF32);
@@ -275,15 +275,15 @@ void backward_step(Context& ctx, const Geometry& g, int step, const ForwardResul
   }
 }
 
-// dq, dK and dV of both chunks rounded to `dtype` and placed as one [B, Tl, q | k | v] gradient of qkv.
+// dq, dK and dV of both chunks rounded to `dtype` as they are placed (put converts) in one [B, Tl, q | k | v]
+// gradient of qkv.
 Tensor assemble_dqkv(Context& ctx, const Geometry& g, const BackwardState& s, DType dtype) {
   const std::int64_t tl = kChunks * g.c;
   Tensor dqkv = new_activation(ctx, Shape{g.b, tl, g.q_cols() + 2 * g.kv_cols()}, dtype);
   for (int k = 0; k < kChunks; ++k) {
-    put(ctx, converted(ctx, s.dq[k], dtype, MemoryCategory::kWorkspace), dqkv, 0, k * g.c);
-    put(ctx, converted(ctx, s.dkv.k[k], dtype, MemoryCategory::kWorkspace), dqkv, g.q_cols(), k * g.c);
-    put(ctx, converted(ctx, s.dkv.v[k], dtype, MemoryCategory::kWorkspace), dqkv, g.q_cols() + g.kv_cols(),
-        k * g.c);
+    put(ctx, s.dq[k], dqkv, 0, k * g.c);
+    put(ctx, s.dkv.k[k], dqkv, g.q_cols(), k * g.c);
+    put(ctx, s.dkv.v[k], dqkv, g.q_cols() + g.kv_cols(), k * g.c);
   }
   return dqkv;
 }

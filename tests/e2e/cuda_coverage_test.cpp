@@ -31,7 +31,7 @@ namespace cleave::testing {
 namespace {
 
 #define CLEAVE_BACKEND_SLOTS(X)                                                                                  \
-  X(gemm) X(grouped_gemm) X(fill) X(copy) X(copy_2d) X(add) X(add_inplace) X(scale_inplace) X(scale_inplace_many) X(axpy) X(sum_squares) X(sum_squares_many)       \
+  X(gemm) X(grouped_gemm) X(fill) X(copy) X(copy_2d) X(copy_3d) X(add) X(add_inplace) X(scale_inplace) X(scale_inplace_many) X(axpy) X(sum_squares) X(sum_squares_many)       \
   X(sum_squares_exact)                                                                                           \
   X(bias_add_forward) X(bias_backward) X(gelu_forward) X(gelu_backward) X(relu_forward) X(relu_backward)          \
   X(softmax_forward) X(softmax_backward) X(layernorm_forward) X(layernorm_backward_input)                         \

@@ -34,6 +34,7 @@ constexpr Backend kCpuBackend{
     .fill = fill,
     .copy = copy,
     .copy_2d = copy_2d,
+    .copy_3d = copy_3d,
     .add = add,
     .add_inplace = add_inplace,
     .scale_inplace = scale_inplace,

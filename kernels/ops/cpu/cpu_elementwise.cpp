@@ -53,6 +53,44 @@ void copy_2d(const Context& ctx, const Tensor& src, const Tensor& dst, const Cop
   (void)ctx;
 }
 
+namespace {
+
+// Row `r` of copy_3d's batches × rows: its first element on each side.
+std::int64_t row_at(std::int64_t r, std::int64_t rows, std::int64_t offset, std::int64_t batch_stride,
+                    std::int64_t row_stride) {
+  return offset + (r / rows) * batch_stride + (r % rows) * row_stride;
+}
+
+}  // namespace
+
+// One row at a time: a memcpy in one dtype, else the serial cast of copy's kernel (the same rounding per element).
+void copy_3d(const Context& ctx, const Tensor& src, const Tensor& dst, const Copy3d& s) {
+  const std::int64_t rows = s.batches * s.rows;
+  const auto from = [&](std::int64_t r) {
+    return row_at(r, s.rows, s.src_offset, s.src_batch_stride, s.src_row_stride);
+  };
+  const auto to = [&](std::int64_t r) { return row_at(r, s.rows, s.dst_offset, s.dst_batch_stride, s.dst_row_stride); };
+  const bool parallel = rows > 1 && rows * s.cols > (1 << 16);
+  if (src.dtype() == dst.dtype()) {
+    const std::size_t elem = dtype_size(src.dtype());
+    const auto* in = static_cast<const unsigned char*>(src.raw_data());
+    auto* out = static_cast<unsigned char*>(dst.raw_data());
+    CLEAVE_PARALLEL_FOR(r, rows, parallel,
+                        std::memcpy(out + static_cast<std::size_t>(to(r)) * elem,
+                                    in + static_cast<std::size_t>(from(r)) * elem,
+                                    static_cast<std::size_t>(s.cols) * elem);)
+  } else if (dst.dtype() == DType::kBF16) {
+    const float* in = src.data<float>();
+    std::uint16_t* out = cpu_detail::bf16_data(dst);
+    CLEAVE_PARALLEL_FOR(r, rows, parallel, kc::cast_f32_to_bf16_serial(in + from(r), out + to(r), s.cols);)
+  } else {
+    const std::uint16_t* in = cpu_detail::bf16_data(src);
+    float* out = dst.data<float>();
+    CLEAVE_PARALLEL_FOR(r, rows, parallel, kc::cast_bf16_to_f32_serial(in + from(r), out + to(r), s.cols);)
+  }
+  (void)ctx;
+}
+
 void add(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out) {
   run_chunked<2, 1>(cpu_scratch(ctx), {ChunkIn{&a}, ChunkIn{&b}}, {ChunkOut{&out, false}}, a.numel(), 1,
                     [](const In2& in, const Out1& o, int64_t, int64_t n) { kc::add(in[0], in[1], o[0], n); });

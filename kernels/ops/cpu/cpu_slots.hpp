@@ -48,6 +48,7 @@ void grouped_gemm(const Context& ctx, const GroupedGemmProblem& problem);
 void fill(const Context& ctx, const Tensor& t, float value);
 void copy(const Context& ctx, const Tensor& src, const Tensor& dst);
 void copy_2d(const Context& ctx, const Tensor& src, const Tensor& dst, const Copy2d& s);
+void copy_3d(const Context& ctx, const Tensor& src, const Tensor& dst, const Copy3d& s);
 void add(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out);
 void add_inplace(const Context& ctx, const Tensor& y, const Tensor& x);
 void scale_inplace(const Context& ctx, const Tensor& y, float alpha);

@@ -204,6 +204,20 @@ void copy_2d(const Context& ctx, const Tensor& src, const Tensor& dst, const Cop
   }
 }
 
+// One kernel launch for the whole block, converting on the way when the dtypes differ (f32 <-> bf16, checked).
+void copy_3d(const Context& ctx, const Tensor& src, const Tensor& dst, const Copy3d& s) {
+  const kd::CopyCast cast = src.dtype() == dst.dtype()       ? kd::CopyCast::kNone
+                            : dst.dtype() == DType::kBF16 ? kd::CopyCast::kF32ToBf16
+                                                            : kd::CopyCast::kBf16ToF32;
+  const std::size_t src_elem = dtype_size(src.dtype()), dst_elem = dtype_size(dst.dtype());
+  const char* from = static_cast<const char*>(src.raw_data()) + static_cast<std::size_t>(s.src_offset) * src_elem;
+  char* to = static_cast<char*>(dst.raw_data()) + static_cast<std::size_t>(s.dst_offset) * dst_elem;
+  kd::strided_copy(from, to, src_elem, cast,
+                   {s.batches, s.rows, s.cols, s.src_batch_stride, s.src_row_stride, s.dst_batch_stride,
+                    s.dst_row_stride},
+                   stream_of(ctx));
+}
+
 void add(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& result) {
   kd::add(in(a), in(b), out(result), a.numel(), stream_of(ctx));
 }
@@ -313,6 +327,7 @@ constexpr Backend kCudaBackend{
     .fill = fill,
     .copy = copy,
     .copy_2d = copy_2d,
+    .copy_3d = copy_3d,
     .add = add,
     .add_inplace = add_inplace,
     .scale_inplace = scale_inplace,

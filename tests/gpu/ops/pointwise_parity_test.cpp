@@ -1,10 +1,11 @@
-// Seam parity of the element-wise slots (fill, add, add_inplace, scale_inplace(_many), axpy, copy_2d), bias
+// Seam parity of the element-wise slots (fill, add, add_inplace, scale_inplace(_many), axpy, copy_2d, copy_3d), bias
 // forward/backward, GELU and ReLU on cuda:0 against the CPU backend, f32 and bf16 (and one mixed-dtype add), on odd
 // sizes.
 //
 // Tolerances (relative to each element plus the tensor's scale, parity_util.hpp):
 //  - 0 (equal values) where both backends do the same single f32 operation on the same widened inputs and round
-//    once: fill, add, add_inplace, scale_inplace(_many), bias_add_forward, ReLU; copy_2d moves bytes.
+//    once: fill, add, add_inplace, scale_inplace(_many), bias_add_forward, ReLU; copy_2d moves bytes; copy_3d
+//    moves bytes or rounds (widens) each element once, as copy.
 //  - axpy: f32 1e-6 (nvcc may contract y + alpha * x into an FMA: one f32 ulp); bf16 4e-3 (that ulp may flip
 //    the bf16 rounding: one bf16 ulp, 2^-8 relative).
 //  - GELU: f32 1e-5 (CUDA's tanhf is within 2 ulp, not the CPU's); bf16 8e-3 (one bf16 ulp either way).
@@ -143,6 +144,42 @@ TEST_F(PointwiseParity, Copy2dAbove2GiBPitchGoesRowByRow) {
   Tensor dst = poisoned_gpu(Shape{2, cols}, DType::kF32);
   ops::copy_2d(gpu(), src, dst, {2, cols, 0, pitch, 0, cols});
   expect_close(rows, dst, 0.0, "copy_2d with a 2 GiB source pitch");
+}
+
+// copy_3d (one strided_copy_kernel launch; ring attention's chunk of every sample, widened or rounded on the way)
+// against the CPU's rows, bit for bit, in one dtype and converting f32 <-> bf16, onto a destination that already
+// holds values: the ring's take of a column block of tokens 3..5 of 3 samples [3, 6, 40] into [3, 3, 12], its put
+// back, B 1 with an odd chunk, and a source batch stride of 0.
+TEST_F(PointwiseParity, Copy3dMovesAndConvertsTheBlockAndNothingElse) {
+  struct Case {
+    const char* what;
+    Shape src, dst;
+    ops::Copy3d shape;
+  };
+  const Case cases[] = {
+      {"ring take: B 3, tokens 3..5, columns 8..19", Shape{3, 6, 40}, Shape{3, 3, 12},
+       {3, 3, 12, 3 * 40 + 8, 6 * 40, 40, 0, 3 * 12, 12}},
+      {"ring put: B 3, tokens 3..5, columns 8..19", Shape{3, 3, 12}, Shape{3, 6, 40},
+       {3, 3, 12, 0, 3 * 12, 12, 3 * 40 + 8, 6 * 40, 40}},
+      {"B 1, 5 tokens of 7 odd columns", Shape{1, 10, 21}, Shape{1, 5, 7}, {1, 5, 7, 5 * 21 + 13, 210, 21, 0, 35, 7}},
+      {"source batch stride 0", Shape{40}, Shape{3, 1, 11}, {3, 1, 11, 5, 0, 11, 0, 11, 11}},
+  };
+  const DType pairs[][2] = {{DType::kF32, DType::kF32},
+                            {DType::kBF16, DType::kBF16},
+                            {DType::kBF16, DType::kF32},
+                            {DType::kF32, DType::kBF16}};
+  for (const auto& pair : pairs) {
+    for (const Case& c : cases) {
+      const Tensor src = random(c.src, pair[0]);
+      Tensor dst = random(c.dst, pair[1]);
+      Tensor gpu_dst = to_gpu(dst);
+      ops::copy_3d(cpu(), src, dst, c.shape);
+      ops::copy_3d(gpu(), to_gpu(src), gpu_dst, c.shape);
+      expect_close(dst, gpu_dst, 0.0,
+                   std::string("copy_3d ") + c.what + " " + std::string(dtype_name(pair[0])) + " -> " +
+                       std::string(dtype_name(pair[1])));
+    }
+  }
 }
 
 TEST_F(PointwiseParity, BiasForwardAndBackward) {

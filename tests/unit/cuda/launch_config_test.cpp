@@ -116,7 +116,8 @@ TEST(CudaLaunchConfig, TheCatalogueNamesEachKernelOnce) {
     EXPECT_TRUE(names.insert(k.kernel).second) << k.kernel << " twice";
     EXPECT_EQ(k.kernel.size() > 7 && k.kernel.substr(k.kernel.size() - 7) == "_kernel", true) << k.kernel;
   }
-  EXPECT_EQ(names.size(), 61u);  // + sum_squares_exact_kernel, add_rmsnorm_{forward,backward_input}_kernel
+  EXPECT_EQ(names.size(), 62u);  // + sum_squares_exact_kernel, add_rmsnorm_{forward,backward_input}_kernel,
+                                 // strided_copy_kernel
 }
 
 // The attention kernels do not stride: each block owns 8 query rows (forward, dQ) or 16 keys (dK/dV) of one head

@@ -37,8 +37,9 @@ TEST(CpCoreWork, RingForwardCountsEveryCallMergeAndCopy) {
   const double share = forward_stream(kB * kH, kT, s) / kCp;
   EXPECT_DOUBLE_EQ(w.forward.extra.stream_bytes, takes + fills + kCalls * per_call + assemble - share);
   EXPECT_DOUBLE_EQ(w.forward.extra.stream_bytes, 76288);
-  // take 2 chunks × 3 tensors × 2 samples, 4 fills, a call and a merge each, 2 × 2 puts, less one rank's kernel.
-  EXPECT_DOUBLE_EQ(w.forward.extra.kernels, 12 + 4 + 2 * kCalls + 4 - 1);
+  // take 2 chunks × 3 tensors (one copy_3d for both samples), 4 fills, a call and a merge each, 2 puts, less one
+  // rank's kernel.
+  EXPECT_DOUBLE_EQ(w.forward.extra.kernels, 6 + 4 + 2 * kCalls + 2 - 1);
   EXPECT_EQ(w.forward.products.gemms.size(), 2 * kCalls);
   // The chunk pairs balance the causal work: the products' FLOPs are one rank's ÷ cp, in smaller launches.
   EXPECT_DOUBLE_EQ(w.forward.products.gemm_flops(), w.forward.replaced.gemm_flops() / kCp);
@@ -59,7 +60,9 @@ TEST(CpCoreWork, RingBackwardAccumulatesPerPairAndAssemblesDqkv) {
   EXPECT_DOUBLE_EQ(w.input_grad.extra.stream_bytes,
                    take_dout + fills + kCalls * per_call - one_rank_write + puts - share);
   EXPECT_DOUBLE_EQ(w.input_grad.extra.stream_bytes, 106496);
-  EXPECT_DOUBLE_EQ(w.input_grad.extra.kernels, 4 + 6 + 2 * kCalls + 12 - 2);
+  // dout's 2 chunks taken, 6 fills, 2 kernels per call, 2 chunks × 3 tensors put (each one copy_3d for both samples),
+  // less one rank's 2.
+  EXPECT_DOUBLE_EQ(w.input_grad.extra.kernels, 2 + 6 + 2 * kCalls + 6 - 2);
   EXPECT_DOUBLE_EQ(w.input_grad.products.gemm_flops(), w.input_grad.replaced.gemm_flops() / kCp);
 }
 
@@ -76,7 +79,27 @@ TEST(CpCoreWork, RingUnderBf16WidensAndRoundsItsBlocks) {
   const double share = forward_stream(kB * kH, kT, s) / kCp;
   EXPECT_DOUBLE_EQ(w.forward.extra.stream_bytes,
                    takes + q_widened + fills + blocks_widened + calls + out_rounded + assemble - share);
-  EXPECT_DOUBLE_EQ(w.forward.extra.kernels, 12 + 2 + 4 + 4 * kCp + 2 * kCalls + 2 + 4 - 1);
+  EXPECT_DOUBLE_EQ(w.forward.extra.kernels, 6 + 2 + 4 + 4 * kCp + 2 * kCalls + 2 + 2 - 1);
+}
+
+// The backward under bf16: dout's chunks widened as they are taken (bf16 read, f32 written, no bf16 copy), q and out
+// widened, and dq, dK, dV rounded as they are put into dqkv (f32 read, bf16 written, no rounded copy).
+TEST(CpCoreWork, RingBackwardUnderBf16WidensDoutAndRoundsDqkvInTheirCopies) {
+  const CpCoreWork w = cp_core_work(block(), DType::kBF16, Recompute::kNone, 1, 2, true, 2);
+  const double s = 2, cols = kQ + 2 * kK;
+  const double take_dout = kB * kTl * kQ * (s + kF32);
+  const double q_out_widened = 2 * kB * kTl * kQ * (s + kF32);
+  const double fills = kB * kTl * cols * kF32;
+  const double blocks_widened = kCp * kB * kTl * 2 * kK * (s + kF32);
+  const double per_call = 2 * kB * kH * kC * kHd * kF32 + 2 * kB * kC * cols * kF32;
+  const double one_rank_write = kB * kTl * cols * s;
+  const double puts = kB * kTl * cols * (kF32 + s);
+  const double share = 2 * kB * kH * kT * kHd * s / kCp;
+  EXPECT_DOUBLE_EQ(w.input_grad.extra.stream_bytes, take_dout + q_out_widened + fills + blocks_widened +
+                                                        kCalls * per_call - one_rank_write + puts - share);
+  // dout's 2 chunks, q and out widened (4), 6 fills, each step's K, V chunks widened (4 × cp), 2 kernels per call,
+  // 6 puts, less one rank's 2.
+  EXPECT_DOUBLE_EQ(w.input_grad.extra.kernels, 2 + 4 + 6 + 4 * kCp + 2 * kCalls + 6 - 2);
 }
 
 TEST(CpCoreWork, RingRecomputationRerunsTheForwardRing) {
@@ -86,7 +109,7 @@ TEST(CpCoreWork, RingRecomputationRerunsTheForwardRing) {
   const double assemble = kB * kTl * kQ * 2 * 4;
   // Selective: run_forward again from the stashed qkv, without assembling the output.
   EXPECT_DOUBLE_EQ(selective.rerun.extra.stream_bytes, none.forward.extra.stream_bytes - assemble);
-  EXPECT_DOUBLE_EQ(selective.rerun.extra.kernels, none.forward.extra.kernels - 2 * kB);
+  EXPECT_DOUBLE_EQ(selective.rerun.extra.kernels, none.forward.extra.kernels - 2);
   // Full: the block's whole forward, the ring's output assembled.
   EXPECT_DOUBLE_EQ(full.rerun.extra.stream_bytes, none.forward.extra.stream_bytes);
   EXPECT_DOUBLE_EQ(full.rerun.extra.kernels, none.forward.extra.kernels);

@@ -11,10 +11,10 @@
 // kernels/ops/precision.hpp: the f32 kernel with the bf16 kernel's roundings of P and dS, as ring attention's blocks
 // run, over key blocks half the kernel's, so each row's online softmax merges twice the partial blocks, as the ring
 // merges its ranks'): the same values, every GEMM's and attention's f32 sums in another order before the same bf16
-// roundings, which is what a layout does to its sums. (Attention's own value products run on the bf16 dot kernel, not
-// the BLAS, and f32 sums of a few exact bf16 products are often exact in any order: a twin that swapped the library
-// alone left attention's bits as they were, and its floor on the default gpt fell from 0.32 to 0.020 of movement
-// under cp 2 ring's 0.069.) The floor is the twin's largest difference from the reference
+// roundings, which is what a layout does to its sums. (Attention never ran on device.blas's library: its kernel calls
+// OpenBLAS for its block GEMMs and, in bf16, the dot instruction; and f32 sums of a few exact bf16 products are often
+// exact in any order. A twin that swapped the library alone left attention's bits as they were: on the default gpt
+// its floor was 0.020 of movement under cp 2 ring's 0.069.) The floor is the twin's largest difference from the reference
 // as a fraction of how far training moved the tensor (ParamDifference::moved, pooled over tensors: per tensor it
 // scatters 10x between two libraries); a layout's tensor passes within `multiple` x floor of its movement. The
 // twin's loss difference is reported beside the layout's, not used: --loss-tolerance (2^-8 / sqrt(tokens),

@@ -42,8 +42,9 @@ final weights (gathered into logical tensors). Exits 1 when a difference exceeds
 AdamW, a slice whose gradient is zero in exact arithmetic (gpt's attention key biases) receives rounding
 noise only, which Adam normalises into steps up to lr: it leaves --param-tolerance's comparison and is held
 to the bound any two AdamW runs meet, 2 x sum over steps of lr x Adam's step bound (docs/multi-rank.md).
-In bf16 on the cpu a second single-rank reference, the twin, runs with another GEMM library (device.blas):
-the same sums in another order. Its largest difference from the reference, as a fraction of how far
+In bf16 on the cpu a second single-rank reference, the twin, runs with another GEMM library (device.blas)
+and its attention reordered (the f32 GEMM over half-size key blocks, P and dS rounded as in bf16): the same
+sums in another order. Its largest difference from the reference, as a fraction of how far
 training moved each tensor, is the run's noise floor; a tensor of the layout passes within --param-tolerance
 of its scale or within --noise-multiple times the floor of its movement. In bf16 a third run, the precision
 twin, is the reference in fp32: it ends each tensor as far from the bf16 reference as bf16's roundings move

@@ -61,6 +61,7 @@ RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Back
   context.backend = backend;
   context.precision = config.device.precision;  // bf16: mixed precision (ops/context.hpp)
   context.cpu_blas = config.device.blas;
+  context.attention_sums = config.device.attention_sums;  // kReordered in verify's twin only (verify_floor.hpp)
   // Deterministic mode: GEMM bits independent of the thread count (shape-fixed slices, OpenBLAS at one
   // thread), so one rank with N threads and N ranks of one thread compute the same bits.
   context.gemm_mode = config.train.deterministic ? ops::GemmMode::kDeterministic : ops::GemmMode::kFast;

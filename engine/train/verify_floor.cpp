@@ -35,11 +35,17 @@ std::optional<config::RunConfig> twin_reference(const config::RunConfig& referen
   }
   config::RunConfig twin = reference;
   twin.device.blas = other;
+  twin.device.attention_sums = ops::AttentionSums::kReordered;
   return twin;
 }
 
 std::string describe_twin(const config::RunConfig& reference, const config::RunConfig& twin) {
-  return fmt::format("device.blas {} instead of {}", enum_name(library_of(twin)), enum_name(library_of(reference)));
+  std::string out =
+      fmt::format("device.blas {} instead of {}", enum_name(library_of(twin)), enum_name(library_of(reference)));
+  if (twin.device.attention_sums != reference.device.attention_sums) {
+    out += " and attention's sums reordered (f32 GEMM, key blocks halved)";
+  }
+  return out;
 }
 
 NoiseFloor noise_floor(const ParamComparison& twin_against_reference, double loss, std::string twin, double multiple) {

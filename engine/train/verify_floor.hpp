@@ -7,13 +7,21 @@
 // whose gradient is small against those moves it turns them into differences of a sizeable fraction of lr per step
 // (a sign flip at step 1 is 2 lr). The size this reaches depends on the model, the data and the steps, so no fixed
 // tolerance separates it from a bug; verify measures it instead. The twin is the single-rank reference with another
-// CPU GEMM library (device.blas): the same values, every GEMM's f32 sum in another order before the same bf16
-// roundings, which is what a layout does to its sums. The floor is the twin's largest difference from the reference
+// CPU GEMM library (device.blas) and its bf16 attention reordered (DeviceConfig::attention_sums kReordered,
+// kernels/ops/precision.hpp: the f32 kernel with the bf16 kernel's roundings of P and dS, as ring attention's blocks
+// run, over key blocks half the kernel's, so each row's online softmax merges twice the partial blocks, as the ring
+// merges its ranks'): the same values, every GEMM's and attention's f32 sums in another order before the same bf16
+// roundings, which is what a layout does to its sums. (Attention never ran on device.blas's library: its kernel calls
+// OpenBLAS for its block GEMMs and, in bf16, the dot instruction; and f32 sums of a few exact bf16 products are often
+// exact in any order. A twin that swapped the library alone left attention's bits as they were: on the default gpt
+// its floor was 0.020 of movement under cp 2 ring's 0.069.) The floor is the twin's largest difference from the reference
 // as a fraction of how far training moved the tensor (ParamDifference::moved, pooled over tensors: per tensor it
 // scatters 10x between two libraries); a layout's tensor passes within `multiple` x floor of its movement. The
 // twin's loss difference is reported beside the layout's, not used: --loss-tolerance (2^-8 / sqrt(tokens),
 // x sqrt((tp + 2) / 2) at tp > 1: default_loss_tolerance) holds.
-// Invariant: a twin differs from its reference in device.blas only, and only in bf16 on the CPU.
+// Invariant: a twin differs from its reference only in the order of f32 sums (device.blas and device.attention_sums,
+// nothing else in its config; attention's online softmax rescales its partial sums at other blocks, in f32), and
+// exists only in bf16 on the CPU.
 //
 // On small models the two libraries sum in nearly the same order (K fits one block), so the twin shows no floor
 // while a layout's extra roundings still move tensors whose bf16 rounding of small values dominates (a tp 2 layout
@@ -64,11 +72,13 @@ std::optional<config::RunConfig> precision_twin(const config::RunConfig& referen
 RoundingFloor rounding_floor(const ParamComparison& twin_against_reference, double loss, double factor);
 
 // The twin of a single-rank reference config: the same run with another CPU GEMM library than the one the reference
-// runs (onednn <-> openblas; blis -> openblas; openblas -> onednn, else blis). nullopt in fp32 (its rounding is
-// 2^-24 and --param-tolerance holds there), on cuda (device.blas does not apply) and in a build with one library.
+// runs (onednn <-> openblas; blis -> openblas; openblas -> onednn, else blis) and attention_sums kReordered. nullopt
+// in fp32 (its rounding is 2^-24 and --param-tolerance holds there; attention_sums changes nothing there either), on
+// cuda (neither applies) and in a build with one library.
 std::optional<config::RunConfig> twin_reference(const config::RunConfig& reference);
 
-// How `twin` differs from `reference` in words ("device.blas openblas instead of onednn").
+// How `twin` differs from `reference` in words ("device.blas openblas instead of onednn and attention's sums
+// reordered (f32 GEMM, key blocks halved)").
 std::string describe_twin(const config::RunConfig& reference, const config::RunConfig& twin);
 
 // The floor a twin's comparison against the reference shows (compare_parameters with the initial values), and

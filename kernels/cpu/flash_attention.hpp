@@ -39,6 +39,11 @@ struct FlashAttentionShape {
   // GEMM value path: the same roundings, in place), for f32 operands that hold bf16 values (a block of a bf16
   // attention run in pieces: ring attention). The bf16 overloads always round and ignore it.
   bool round_probabilities = false;
+  // Rows of a key block (at most kv_len either way); 0: kFlashBlockK. Another value changes only where the forward's
+  // online softmax merges partial blocks (the rescaling of its f32 sums at a new running maximum) and how the
+  // backward's dQ groups its f32 block sums: `cleave verify`'s twin reference halves it (ops::AttentionSums, ring
+  // attention merges its blocks likewise). Tests pick shapes on its edges.
+  int64_t key_block = 0;
 };
 
 // Block sizes (rows of a query block, rows of a key block). Public so tests can pick shapes on their edges.

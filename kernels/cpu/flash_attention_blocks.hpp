@@ -38,7 +38,9 @@ inline void check_shape(const char* op, const FlashAttentionShape& s) {
 
 // Block rows actually used (a short sequence takes less scratch).
 inline int64_t block_q(const FlashAttentionShape& s) { return std::max<int64_t>(1, std::min(kFlashBlockQ, s.q_len)); }
-inline int64_t block_k(const FlashAttentionShape& s) { return std::max<int64_t>(1, std::min(kFlashBlockK, s.kv_len)); }
+inline int64_t block_k(const FlashAttentionShape& s) {
+  return std::max<int64_t>(1, std::min(s.key_block > 0 ? s.key_block : kFlashBlockK, s.kv_len));
+}
 
 // The backward's query chunks: the rows [c * chunk_rows, (c + 1) * chunk_rows) of every (batch, kv group), at most
 // kMaxChunks of at least kChunkMinRows rows (whole query blocks); a function of q_len alone. A key block's dK and dV

@@ -42,6 +42,8 @@ struct Context {
   GemmMode gemm_mode = GemmMode::kFast;
   Precision precision = Precision::kFp32;
   CpuBlas cpu_blas = CpuBlas::kAuto;  // the cpu backend's GEMM library (device.blas; cpu_blas.hpp resolves auto)
+  // Where the cpu backend runs all-bf16 attention (precision.hpp; kReordered in verify's twin reference only).
+  AttentionSums attention_sums = AttentionSums::kKernel;
   // The run's backend state (make_device_resources). Required on a GPU; on the CPU a context without it (tests,
   // tools) computes the same bits, its oneDNN GEMMs remaking their primitives per call (cpu/cpu_resources.hpp).
   DeviceResources* resources = nullptr;

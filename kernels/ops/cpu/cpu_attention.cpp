@@ -2,8 +2,11 @@
 // one AttentionProblem, ops_attention.cpp): the memory-efficient (flash) forward and backward of
 // kernels/cpu/flash_attention and the log-sum-exp merge of two partial attentions (ring attention).
 // Invariant: all-bf16 problems run the kernels' bf16 overloads (bf16 score products, within bf16 rounding of the f32
-// kernel on the rounded inputs, flash_attention.hpp), any other mix the f32 kernel on f32 views; the kernels'
-// workspace comes from ctx.allocator (kWorkspace) and is returned before the slot returns.
+// kernel on the rounded inputs, flash_attention.hpp), or under ctx.attention_sums kReordered (verify's twin reference)
+// the f32 kernel on f32 views rounding P and dS as the bf16 kernel does, its key blocks halved (the same values, the
+// sums in the f32 GEMM's order and merged over twice the blocks); any other mix the f32 kernel on f32 views; the kernels' workspace comes from ctx.allocator (kWorkspace) and
+// is returned before the slot returns.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <initializer_list>
@@ -51,10 +54,13 @@ class AttentionViews {
   int ins_ = 0, outs_ = 0;
 };
 
-// The CPU kernel's shape; bf16_roundings (ops.hpp) asks the f32 kernel for the bf16 kernel's P and dS roundings.
-kc::FlashAttentionShape flash_shape(const AttentionProblem& p) {
+// The CPU kernel's shape; bf16_roundings (ops.hpp) asks the f32 kernel for the bf16 kernel's P and dS roundings, and
+// so does an all-bf16 problem sent to the f32 kernel by AttentionSums::kReordered (`reordered`), whose key blocks are
+// also half the kernel's.
+kc::FlashAttentionShape flash_shape(const AttentionProblem& p, bool reordered) {
   kc::FlashAttentionShape s = flash_shape_of<kc::FlashAttentionShape>(p);
-  s.round_probabilities = p.params.bf16_roundings;
+  s.round_probabilities = p.params.bf16_roundings || reordered;
+  if (reordered) s.key_block = (std::min(kc::kFlashBlockK, std::max<std::int64_t>(s.kv_len, 1)) + 1) / 2;
   return s;
 }
 
@@ -74,14 +80,21 @@ bool all_bf16_operands(std::initializer_list<const AttentionOperand*> ops) {
   return true;
 }
 
+// An all-bf16 problem the bf16 kernel runs: every one but under AttentionSums::kReordered (precision.hpp), which sends
+// it to the f32 kernel on widened views with the bf16 kernel's roundings.
+bool bf16_kernel(const Context& ctx, bool all_bf16) {
+  return all_bf16 && ctx.attention_sums == AttentionSums::kKernel;
+}
+
 }  // namespace
 
 // All-bf16 problems (the mixed-precision step) go to the kernels' bf16 overloads, which read bf16 blocks as they go
-// (flash_attention.hpp); other mixes widen whole tensors.
+// (flash_attention.hpp), unless ctx.attention_sums says kReordered; other mixes widen whole tensors.
 void attention_forward(const Context& ctx, const AttentionProblem& p) {
-  const kc::FlashAttentionShape s = flash_shape(p);
+  const bool all_bf16 = all_bf16_operands({&p.q, &p.k, &p.v, &p.out});
+  const kc::FlashAttentionShape s = flash_shape(p, all_bf16 && !bf16_kernel(ctx, all_bf16));
   const int threads = kc::kernel_threads();
-  if (all_bf16_operands({&p.q, &p.k, &p.v, &p.out})) {
+  if (bf16_kernel(ctx, all_bf16)) {
     const Tensor ws = flash_workspace(ctx, s, threads, true);
     kc::flash_attention_forward(bf16_at(p.q), bf16_at(p.k), bf16_at(p.v), bf16_out_at(p.out), p.lse.data<float>(), s,
                                 ws.data<float>(), threads);
@@ -97,10 +110,11 @@ void attention_forward(const Context& ctx, const AttentionProblem& p) {
 }
 
 void attention_backward(const Context& ctx, const AttentionProblem& p) {
-  const kc::FlashAttentionShape s = flash_shape(p);
+  const bool all_bf16 = all_bf16_operands({&p.q, &p.k, &p.v, &p.out, &p.dout, &p.dq, &p.dk, &p.dv});
+  const kc::FlashAttentionShape s = flash_shape(p, all_bf16 && !bf16_kernel(ctx, all_bf16));
   const int threads = kc::kernel_threads();
   const bool acc = p.params.accumulate_grads;
-  if (all_bf16_operands({&p.q, &p.k, &p.v, &p.out, &p.dout, &p.dq, &p.dk, &p.dv})) {
+  if (bf16_kernel(ctx, all_bf16)) {
     const Tensor ws = flash_workspace(ctx, s, threads, true);
     kc::flash_attention_backward(bf16_at(p.q), bf16_at(p.k), bf16_at(p.v), bf16_at(p.out), p.lse.data<float>(),
                                  bf16_at(p.dout), bf16_out_at(p.dq), bf16_out_at(p.dk), bf16_out_at(p.dv), s, acc,

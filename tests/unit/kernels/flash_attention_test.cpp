@@ -32,6 +32,7 @@ struct Case {
   int64_t q0 = 0, k0 = 0, window = 0;
   bool causal = true;
   bool round_p = false;  // FlashAttentionShape::round_probabilities (the f32 kernel only)
+  int64_t key_block = 0;  // FlashAttentionShape::key_block (0: kFlashBlockK)
 };
 
 // The results, and the sums of the magnitudes of their terms (out: sum_j p_ij |v_j|; dv: sum_i p_ij |dout_i|;
@@ -141,6 +142,7 @@ FlashAttentionShape shape_of(const Case& c) {
   s.causal = c.causal;
   s.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
   s.round_probabilities = c.round_p;
+  s.key_block = c.key_block;
   return s;
 }
 
@@ -200,7 +202,11 @@ const Case kCases[] = {Case{"T1_hd6", 2, 1, 1, 6, 2, 6}, Case{"T17_hd6", 2, 17, 
                       // the diagonal chunk at an offset, and a chunk entirely in the future (no key visible)
                       Case{"diagonal_offset", 1, 70, 70, 2, 1, 6, 500, 500},
                       Case{"keys_in_future", 1, 17, 30, 2, 1, 6, 0, 100},
-                      Case{"non_causal", 2, 17, 33, 6, 2, 6, 0, 0, 0, false}};
+                      Case{"non_causal", 2, 17, 33, 6, 2, 6, 0, 0, 0, false},
+                      // other key blocks (verify's twin halves them): odd, past a window, a query chunk after its keys
+                      Case{"key_block19_T130", 2, 130, 130, 6, 2, 6, 0, 0, 0, true, false, 19},
+                      Case{"key_block7_window37", 1, 130, 130, 6, 2, 6, 0, 0, 37, true, false, 7},
+                      Case{"key_block16_q_chunk", 2, 17, 130, 6, 2, 64, 130, 0, 0, true, false, 16}};
 
 INSTANTIATE_TEST_SUITE_P(Shapes, FlashAttentionTest, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });

@@ -124,6 +124,60 @@ TEST(OpsAttention, Bf16WidensAtTheEdges) {
   EXPECT_GT(norm(dq16), 0.0);
 }
 
+// verify's twin reference (AttentionSums::kReordered, kernels/ops/precision.hpp): an all-bf16 problem runs the f32
+// kernel on the widened operands with the bf16 kernel's roundings of P and dS and half its key blocks, so its results
+// differ from the bf16 kernel's only as another order of the f32 sums and another merge of partial blocks do: f32
+// statistics within f32 rounding, bf16 outputs within one bf16 ulp plus an f32-sized term of the tensor's largest
+// value. And they differ somewhere: were kReordered to run the bf16 kernel's arithmetic again, the twin would reorder
+// no attention sum and verify's floor would miss what ring attention's merge does (as it did when the twin only
+// swapped the GEMM library: f32 sums of a few exact bf16 products are often exact in any order, and the bf16 kernel's
+// bits came back).
+TEST(OpsAttention, ReorderedSumsDifferFromTheBf16KernelWithinF32Rounding) {
+  const Context kernel;
+  Context twin;
+  twin.attention_sums = AttentionSums::kReordered;
+  AttentionParams p = params();
+  p.window = 0;  // every row sees both of the twin's key blocks once past the first 19 keys
+  const auto b16 = [&](const std::vector<float>& v, const Shape& shape) {
+    return cast(kernel, rounded(kernel, v, shape), DType::kBF16);
+  };
+  const Tensor q = b16(random_floats(B * T * Hq * hd, 21), {B, T, Hq * hd});
+  const Tensor k = b16(random_floats(B * T * Hkv * hd, 22), {B, T, Hkv * hd});
+  const Tensor v = b16(random_floats(B * T * Hkv * hd, 23), {B, T, Hkv * hd});
+  const Tensor dout = b16(random_floats(B * T * Hq * hd, 24), {B, T, Hq * hd});
+  struct Result {
+    Tensor out, lse, dq, dk, dv;
+  };
+  const auto run = [&](const Context& ctx) {
+    Result r{empty(q.shape(), DType::kBF16), empty({B, Hq, T}), empty(q.shape(), DType::kBF16),
+             empty(k.shape(), DType::kBF16), empty(v.shape(), DType::kBF16)};
+    attention_forward(ctx, q, k, v, r.out, r.lse, p);
+    attention_backward(ctx, q, k, v, r.out, r.lse, dout, r.dq, r.dk, r.dv, p);
+    return r;
+  };
+  const Result a = run(kernel), b = run(twin);
+  std::size_t differ = 0;
+  const auto near = [&](const Tensor& got, const Tensor& want, double ulp, const char* what) {
+    const auto g = got.to_floats(), x = want.to_floats();
+    ASSERT_EQ(g.size(), x.size()) << what;
+    float largest = 0.0f;
+    for (float e : x) largest = std::max(largest, std::fabs(e));
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      differ += g[i] != x[i];
+      wrong += !(std::fabs(g[i] - x[i]) <= ulp * std::max(std::fabs(g[i]), std::fabs(x[i])) + largest * 0x1p-16);
+    }
+    EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " of " << g.size();
+  };
+  near(b.lse, a.lse, 0x1p-20, "lse");
+  near(b.out, a.out, 0x1p-7, "out");
+  near(b.dq, a.dq, 0x1p-7, "dq");
+  near(b.dk, a.dk, 0x1p-7, "dk");
+  near(b.dv, a.dv, 0x1p-7, "dv");
+  EXPECT_GT(differ, 0u) << "the twin's attention has the bf16 kernel's bits: it reorders none of its sums";
+  EXPECT_GT(norm(b.dk), 0.0);
+}
+
 TEST(OpsAttention, AccumulateAddsOntoTheGradients) {
   const Context ctx;
   const Tensor q = f32(random_floats(B * T * Hq * hd, 9), {B, T, Hq * hd});

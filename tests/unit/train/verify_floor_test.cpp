@@ -1,5 +1,6 @@
 // cleave verify's bf16 noise floor (engine/train/verify_floor.hpp) as pure functions: the twin differs from its
-// reference in device.blas only and exists only for bf16 on the cpu with a second library built; `moved` measures a
+// reference in device.blas and the order of attention's sums only (the latter's effect: OpsAttention.Reordered*) and
+// exists only for bf16 on the cpu with a second library built; `moved` measures a
 // difference against how far training moved the tensor; the floor is the twin's largest; a tensor passes within the
 // fixed tolerance of its scale or within multiple x floor of its movement, and NaN passes neither. The precision
 // twin is the reference in fp32 (bf16 only); a tensor also passes within factor x its own fp32 difference.
@@ -20,7 +21,7 @@ config::RunConfig bf16_cpu() {
   return c;
 }
 
-TEST(VerifyFloor, TwinChangesTheGemmLibraryOnlyAndOnlyInBf16OnTheCpu) {
+TEST(VerifyFloor, TwinChangesTheGemmLibraryAndAttentionsSumOrderOnlyAndOnlyInBf16OnTheCpu) {
   config::RunConfig fp32;
   EXPECT_FALSE(twin_reference(fp32).has_value());
   config::RunConfig cuda = bf16_cpu();
@@ -32,10 +33,14 @@ TEST(VerifyFloor, TwinChangesTheGemmLibraryOnlyAndOnlyInBf16OnTheCpu) {
   ASSERT_EQ(twin.has_value(), second_library);
   if (!twin) return;
   EXPECT_NE(twin->device.blas, ops::CpuBlas::kAuto);
+  EXPECT_EQ(reference.device.attention_sums, ops::AttentionSums::kKernel);
+  EXPECT_EQ(twin->device.attention_sums, ops::AttentionSums::kReordered);
   config::RunConfig same = *twin;
   same.device.blas = reference.device.blas;
+  same.device.attention_sums = reference.device.attention_sums;
   EXPECT_TRUE(same == reference);  // nothing else differs
   EXPECT_NE(describe_twin(reference, *twin).find("instead of"), std::string::npos);
+  EXPECT_NE(describe_twin(reference, *twin).find("attention"), std::string::npos);
   // Another library than the reference's own, whichever that is.
   for (ops::CpuBlas own : {ops::CpuBlas::kOpenBlas, ops::CpuBlas::kOneDnn, ops::CpuBlas::kBlis}) {
     if (!ops::cpu_blas_built(own)) continue;

@@ -268,7 +268,9 @@ const MoeMlp::Blocks& MoeMlp::blocks_of(std::span<const std::int64_t> counts, co
     return blocks;
   }
   plan_from_tensor_into(plan_tensor, host_.plan);
-  for (int p = 0; p < host_.plan.ep_size; ++p) blocks.emplace_back(host_.plan.first_row_from(p), host_.plan.counts_from(p));
+  for (int p = 0; p < host_.plan.ep_size; ++p) {
+    blocks.emplace_back(host_.plan.first_row_from(p), host_.plan.counts_from(p));
+  }
   return blocks;
 }
 

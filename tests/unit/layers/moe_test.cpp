@@ -275,7 +275,8 @@ TEST(MoeRouter, RoutingIntoAReusedWorkspaceEqualsAFreshOne) {
   const Routing fresh_small = route(small, {}, soft);
   expect_same_routing(reused, fresh_small, "softmax, 5 tokens after sigmoid, 12");
   const std::span<const float> got_small = router_backward_into(ws, reused, dweight_small, 1.0, soft);
-  EXPECT_EQ(std::vector<float>(got_small.begin(), got_small.end()), router_backward(fresh_small, dweight_small, 1.0, soft));
+  EXPECT_EQ(std::vector<float>(got_small.begin(), got_small.end()),
+            router_backward(fresh_small, dweight_small, 1.0, soft));
   // And no token at all: the losses and balance back to zero.
   route_into(reused, ws, std::span<const float>(), {}, soft);
   expect_same_routing(reused, route(std::span<const float>(), {}, soft), "no token");

@@ -1,11 +1,19 @@
-// Caching allocator: size-keyed free lists (sizes rounded up to 256 bytes), accounting under one mutex. A request
-// takes a cached block of its own size; one of at least 1 MiB with none free takes the smallest cached block at most
-// 1/8 larger (best fit), so requests whose sizes vary a little from step to step (the experts' rows under expert
-// parallelism) reuse blocks instead of caching one per size seen (docs/cuda.md, "Out of memory on a GPU"). The
-// statistics count requested bytes, whichever block serves them; `reserved` counts blocks. Cache nodes a request
-// takes out are kept (spare_nodes_) for the next release to put back, and Storage blocks come from a pool of slots.
+// Caching allocator: size-keyed free lists, accounting under one mutex. Every request is served by a block of its
+// size class (round_block): below 1 MiB, 8 classes per power of two (a block at most 1/8 larger than its request,
+// never finer than 256 B: 256 B steps up to 2 KiB, then 2 KiB..4 KiB in steps of 256 B, 4..8 KiB of 512 B, ...,
+// 512 KiB..1 MiB of 64 KiB), from 1 MiB the size rounded up to 256 B. A request takes a cached block of its own
+// class; one of at least 1 MiB with none free takes the smallest cached block at most 1/8 larger (best fit). Both
+// serve requests whose sizes vary a little from step to step (an MoE's per-expert rows, on one rank or under expert
+// parallelism) from blocks already cached instead of caching one per size seen (docs/cuda.md, "Out of memory on a
+// GPU"); the waste is at most 1/8 of a request (below 2 KiB, under 256 B). The statistics count requested bytes,
+// whichever block serves them (so peaks and memory plans do not see the classes); `reserved` counts blocks. This
+// code is the CPU's, the pinned host's and the CUDA allocator's alike (they override only the system calls). Cache
+// nodes a request takes out are kept (spare_nodes_) for the next release to put back, and Storage blocks come from a
+// pool of slots.
 #include "engine/core/allocator.hpp"
 
+#include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -16,18 +24,24 @@
 namespace cleave {
 namespace {
 
-constexpr std::size_t kBlockRound = 256;
-
-std::size_t round_block(std::size_t bytes) {
-  return bytes == 0 ? kBlockRound : (bytes + kBlockRound - 1) / kBlockRound * kBlockRound;
-}
-
-constexpr std::size_t kBestFitMin = std::size_t{1} << 20;  // smaller requests take their exact size only
+constexpr std::size_t kBlockRound = 256;                    // the finest step of a block's size
+constexpr std::size_t kBestFitMin = std::size_t{1} << 20;  // smaller requests take a block of their class only
 constexpr std::size_t kBestFitSlack = 8;                    // a block at most 1/8 larger than the request
+constexpr std::size_t kClassesPerDoubling = 8;              // below kBestFitMin: classes 1/8 of a power of two apart
+
+// The block size that serves a request of `bytes` (see the file's comment): below kBestFitMin its size class, the
+// request rounded up to a multiple of max(256, 2^floor(log2 bytes) / 8), at most 1/8 above it and never above
+// kBestFitMin; from kBestFitMin a multiple of 256.
+std::size_t round_block(std::size_t bytes) {
+  if (bytes == 0) return kBlockRound;
+  const std::size_t step =
+      bytes < kBestFitMin ? std::max(kBlockRound, std::bit_floor(bytes) / kClassesPerDoubling) : kBlockRound;
+  return (bytes + step - 1) / step * step;
+}
 
 using BlockCache = std::multimap<std::size_t, void*>;
 
-// The cached block for a request of `block` bytes (already rounded): its own size, else (from kBestFitMin) the
+// The cached block for a request of `block` bytes (its class, round_block): its own size, else (from kBestFitMin) the
 // smallest at most block / kBestFitSlack larger; cache.end() when none.
 BlockCache::iterator find_cached(BlockCache& cache, std::size_t block) {
   const auto it = cache.lower_bound(block);  // an exact block first, as equal keys come before larger ones

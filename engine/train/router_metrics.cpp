@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <span>
 
 #include "engine/core/error.hpp"
 #include "engine/train/collectives.hpp"
@@ -23,7 +24,7 @@ RouterMetrics::RouterMetrics(const partition::ModelSpec& spec) {
 namespace {
 
 // b_e += rate · sign(mean - count_e) on the bias's device; its bf16 working copy refreshed.
-void move_bias(layers::Param& bias, const std::vector<double>& counts, double rate, const ops::Context& ctx) {
+void move_bias(layers::Param& bias, std::span<const double> counts, double rate, const ops::Context& ctx) {
   CLEAVE_CHECK(bias.value.defined(),
                "model.bias_update_rate: the sigmoid router's bias {} is not held whole between steps (optimizer."
                "zero_stage 3 keeps only shards); set model.bias_update_rate=0 or optimizer.zero_stage to 2 or less",
@@ -76,10 +77,11 @@ void shortest_over_group(const std::vector<layers::AllToAllCall>& calls, comm::C
   for (double& x : shortest) x = -x;
 }
 
-// This rank's contribution: its log of each block in `blocks` (zeros for a block it did not route).
-std::vector<double> pack_log(const layers::RouterLog& log, const std::vector<std::string>& blocks,
-                             const PackedLayout& at, std::size_t ep_rank, const AllToAllSplit& split) {
-  std::vector<double> v(at.size(), 0.0);
+// This rank's contribution into `v` (resized to at.size()): its log of each block in `blocks` (zeros for a block it
+// did not route).
+void pack_log(const layers::RouterLog& log, const std::vector<std::string>& blocks, const PackedLayout& at,
+              std::size_t ep_rank, const AllToAllSplit& split, std::vector<double>& v) {
+  v.assign(at.size(), 0.0);
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const layers::BlockRouting* b = log.find(blocks[i]);
     if (b == nullptr) continue;
@@ -100,13 +102,14 @@ std::vector<double> pack_log(const layers::RouterLog& log, const std::vector<std
     v[at.kind_s(k)] = split.seconds[k];
     v[at.kind_wait_s(k)] = split.wait[k];
   }
-  return v;
 }
 
 // The fields from the world's sum (metric names and meanings: router_metrics.hpp); none when nothing was routed.
-std::vector<std::pair<std::string, double>> metric_fields(const std::vector<double>& sum, const PackedLayout& at) {
+// `tokens` is scratch (capacity kept by the caller); the list is reserved at its length, one allocation.
+std::vector<std::pair<std::string, double>> metric_fields(const std::vector<double>& sum, const PackedLayout& at,
+                                                          std::vector<double>& tokens) {
   double aux = 0, z = 0, imbalance = 0, micro = 0;
-  std::vector<double> tokens(at.e, 0.0);
+  tokens.assign(at.e, 0.0);
   for (std::size_t i = 0; i < at.blocks; ++i) {
     double total = 0, most = 0;
     for (std::size_t x = 0; x < at.e; ++x) {
@@ -122,6 +125,7 @@ std::vector<std::pair<std::string, double>> metric_fields(const std::vector<doub
   }
   std::vector<std::pair<std::string, double>> out;
   if (micro == 0) return out;  // nothing routed (no training step ran a backward)
+  out.reserve(3 + at.e + (at.moved() > 0 ? at.blocks * at.moved() + 2 + 2 * layers::kNumAllToAllKinds : 0));
   out.emplace_back("moe_aux_loss", aux / micro);
   if (z != 0) out.emplace_back("moe_z_loss", z / micro);
   out.emplace_back("moe_load_imbalance", imbalance / static_cast<double>(at.blocks));
@@ -170,19 +174,19 @@ std::vector<std::pair<std::string, double>> RouterMetrics::finish(comm::Communic
   const PackedLayout at{blocks_.size(), static_cast<std::size_t>(experts_), static_cast<std::size_t>(ep_size)};
   shortest_over_group(log_.calls(), ep, shortest_);
   const AllToAllSplit split = split_all_to_alls(log_.calls(), shortest_);
-  const std::vector<double> mine = tp_rank == 0
-                                       ? pack_log(log_, blocks_, at, static_cast<std::size_t>(ep_rank), split)
-                                       : std::vector<double>(at.size(), 0.0);
-  const std::vector<double> sum = reduce_doubles(world, mine, comm::ReduceOp::kSum);
+  if (tp_rank == 0) {
+    pack_log(log_, blocks_, at, static_cast<std::size_t>(ep_rank), split, mine_);
+  } else {
+    mine_.assign(at.size(), 0.0);
+  }
+  sum_.resize(at.size());
+  reduce_doubles_into(world, mine_, sum_, comm::ReduceOp::kSum);
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     const layers::BlockRouting* b = log_.find(blocks_[i]);
     if (b == nullptr || b->bias == nullptr || b->bias_update_rate <= 0) continue;
-    move_bias(*b->bias,
-              std::vector<double>(sum.begin() + static_cast<std::ptrdiff_t>(at.count(i, 0)),
-                                  sum.begin() + static_cast<std::ptrdiff_t>(at.count(i, at.e))),
-              b->bias_update_rate, ctx);
+    move_bias(*b->bias, std::span<const double>(sum_).subspan(at.count(i, 0), at.e), b->bias_update_rate, ctx);
   }
-  return metric_fields(sum, at);
+  return metric_fields(sum_, at, tokens_);
 }
 
 std::string router_progress(const std::vector<std::pair<std::string, double>>& fields) {

@@ -61,6 +61,9 @@ class RouterMetrics {
   std::int64_t experts_ = 0;
   layers::RouterLog log_;
   std::vector<double> shortest_;  // the ep group's shortest time per all-to-all call of the step (finish)
+  // finish's packed contribution, the world's sum and the tokens per expert, kept from step to step: the returned
+  // fields (the step's StepStats owns them) are the only allocations of a finish once warm.
+  std::vector<double> mine_, sum_, tokens_;
 };
 
 // Per kind of all-to-all (layers::AllToAllKind), a rank's seconds in the step's calls of that kind and, of them, the

@@ -85,8 +85,13 @@ Tensor plan_to_tensor(const DispatchPlan& plan) {
 }
 
 DispatchPlan plan_from_tensor(const Tensor& t) {
-  const auto* v = t.data<std::int64_t>();
   DispatchPlan plan;
+  plan_from_tensor_into(t, plan);
+  return plan;
+}
+
+void plan_from_tensor_into(const Tensor& t, DispatchPlan& plan) {
+  const auto* v = t.data<std::int64_t>();
   plan.ep_size = static_cast<int>(v[0]);
   plan.ep_rank = static_cast<int>(v[1]);
   plan.local_experts = v[2];
@@ -99,7 +104,6 @@ DispatchPlan plan_from_tensor(const Tensor& t) {
   for (std::size_t i = 0; i < plan.recv_counts.size(); ++i) {
     plan.recv_rows[i / static_cast<std::size_t>(plan.local_experts)] += plan.recv_counts[i];
   }
-  return plan;
 }
 
 namespace {

@@ -51,6 +51,8 @@ DispatchPlan plan_dispatch(std::span<const std::int64_t> counts, Context& ctx);
 // The plan again from a stash (serialise / deserialise: the backward reuses the forward's without exchanging).
 Tensor plan_to_tensor(const DispatchPlan& plan);
 DispatchPlan plan_from_tensor(const Tensor& t);
+// The same into `plan` (its vectors' capacity kept: a layer reads every micro-batch's plan back into one).
+void plan_from_tensor_into(const Tensor& t, DispatchPlan& plan);
 
 // rows [R, D] (routed rows, R = Σ send_rows) -> the rows of this rank's experts [received(), D]. Blocking.
 Tensor dispatch_rows(const Tensor& rows, const DispatchPlan& plan, Context& ctx);

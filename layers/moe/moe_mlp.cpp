@@ -2,6 +2,7 @@
 #include "layers/moe/moe_mlp.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <span>
@@ -27,23 +28,10 @@ enum Slot : std::size_t {
 };
 enum BackSlot : std::size_t { kBX, kBDlogits, kBXp, kBDg, kBDu, kBDo, kBH, kBCounts, kBPlan };
 
-using Blocks = std::vector<std::pair<std::int64_t, std::vector<std::int64_t>>>;  // (first row, groups) per source
-
-// The grouped GEMMs' blocks: at ep 1 one block (all routed rows, E groups); under ep one per source rank (its
-// received rows, El groups), so each GEMM has the rows and shape it has at ep 1.
-Blocks blocks_of(const std::vector<std::int64_t>& counts, const Tensor& plan_tensor) {
-  if (!plan_tensor.defined()) return {{0, counts}};
-  const DispatchPlan plan = plan_from_tensor(plan_tensor);
-  Blocks blocks;
-  for (int p = 0; p < plan.ep_size; ++p) {
-    const auto c = plan.counts_from(p);
-    blocks.push_back({plan.first_row_from(p), std::vector<std::int64_t>(c.begin(), c.end())});
-  }
-  return blocks;
-}
+using Blocks = std::vector<std::pair<std::int64_t, std::span<const std::int64_t>>>;  // (first row, groups) per source
 
 // The rows of one block (its groups' sum), and of all blocks.
-std::int64_t rows_of_groups(const std::vector<std::int64_t>& groups) {
+std::int64_t rows_of_groups(std::span<const std::int64_t> groups) {
   std::int64_t n = 0;
   for (std::int64_t g : groups) n += g;
   return n;
@@ -55,12 +43,23 @@ std::int64_t rows_of_blocks(const Blocks& blocks) {
   return n;
 }
 
-// A tensor on ctx.device holding `values` (i32 or f32 host data).
-template <typename T>
-Tensor upload(const Context& ctx, const std::vector<T>& values, const Shape& shape, DType dtype) {
-  Tensor host = Tensor::empty(shape, dtype, MemoryCategory::kActivations, cpu_allocator());
-  if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(T));
+// A tensor on ctx.device holding `values` (f32 host data).
+Tensor upload(const Context& ctx, std::span<const float> values, const Shape& shape) {
+  Tensor host = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(float));
   return ops::to_device(ctx, host, MemoryCategory::kActivations);
+}
+
+// The f32 values of the host tensor `t`: its own bytes when it is f32, else (a bf16 bias) converted into `buffer`,
+// whose capacity is kept from call to call. The same values Tensor::to_floats gives.
+std::span<const float> host_floats(const Tensor& t, std::vector<float>& buffer) {
+  if (t.dtype() == DType::kF32) return t.span<float>();
+  CLEAVE_ASSERT(t.dtype() == DType::kBF16 && t.device().is_cpu(), "host_floats of a {} tensor on {}",
+                dtype_name(t.dtype()), t.device().str());
+  buffer.resize(static_cast<std::size_t>(t.numel()));
+  const auto* p = static_cast<const std::uint16_t*>(t.raw_data());
+  for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = bf16_to_float(p[i]);
+  return buffer;
 }
 
 // The forward's routing tensors on ctx.device, each copied from a host staging tensor of ctx.staging_allocator()
@@ -71,12 +70,12 @@ Tensor upload(const Context& ctx, const std::vector<T>& values, const Shape& sha
 // then the CPU keeps it as a GPU does, so the memory plan's host_pinned figure can be checked on the CPU).
 template <typename T>
 Tensor upload_async(const Context& ctx, const std::vector<T>& values, const Shape& shape, DType dtype,
-                    std::vector<Tensor>& staging) {
+                    Tensor& staging) {
   Tensor host = Tensor::empty(shape, dtype, MemoryCategory::kActivations, ctx.staging_allocator());
   if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(T));
   Tensor device = Tensor::empty(shape, dtype, MemoryCategory::kActivations, *ctx.allocator);
   ops::transfer(ctx, host, device);
-  if (!ctx.device.is_cpu() || ctx.upload_staging != nullptr) staging.push_back(std::move(host));
+  if (!ctx.device.is_cpu() || ctx.upload_staging != nullptr) staging = std::move(host);
   return device;
 }
 
@@ -86,24 +85,21 @@ Tensor upload_async(const Context& ctx, const std::vector<T>& values, const Shap
 // CPU too, which counts what a GPU waits).
 struct RoutingTensors {
   Tensor row_token, token_row, weight, row_weight;
-  std::vector<Tensor> staging;
+  std::array<Tensor, 4> staging;
 };
 RoutingTensors upload_routing(const Context& ctx, const Routing& routing, bool backward_follows) {
   const std::int64_t n = routing.tokens, k = routing.top_k, r = n * k;
   RoutingTensors t;
-  t.row_token = upload_async(ctx, routing.row_token, Shape{r}, DType::kI32, t.staging);
-  t.token_row = upload_async(ctx, routing.token_row, Shape{n, k}, DType::kI32, t.staging);
-  t.weight = upload_async(ctx, routing.weight, Shape{n, k}, DType::kF32, t.staging);
-  t.row_weight = upload_async(ctx, routing.row_weight, Shape{r}, DType::kF32, t.staging);
-  if (!backward_follows) {
+  t.row_token = upload_async(ctx, routing.row_token, Shape{r}, DType::kI32, t.staging[0]);
+  t.token_row = upload_async(ctx, routing.token_row, Shape{n, k}, DType::kI32, t.staging[1]);
+  t.weight = upload_async(ctx, routing.weight, Shape{n, k}, DType::kF32, t.staging[2]);
+  t.row_weight = upload_async(ctx, routing.row_weight, Shape{r}, DType::kF32, t.staging[3]);
+  if (!backward_follows) {  // empty slots after the wait, as on the CPU without a staging allocator
     ops::synchronize(ctx);
-    t.staging.clear();
+    t.staging = {};
   }
-  t.staging.resize(4);  // empty slots on the CPU (without a staging allocator) and after the wait above
   return t;
 }
-
-std::vector<float> download(const Context& ctx, const Tensor& t) { return ops::to_host(ctx, t).to_floats(); }
 
 // What the backward routes from: the forward's host copies of the logits and the bias, kept in the stash on a GPU
 // (host memory, so the backward reads nothing back for its routing); on the CPU the stash's logits and the bias
@@ -254,10 +250,28 @@ void MoeMlp::grouped(Context& ctx, const Tensor& a, const Tensor& b, const Tenso
   }
 }
 
-Routing MoeMlp::route_stashed(const Tensor& logits, const Tensor& bias, const Tensor& full, Context& ctx) const {
-  const std::vector<std::int32_t> forced =
+const Routing& MoeMlp::route_stashed(const Tensor& logits, const Tensor& bias, const Tensor& full, Context& ctx) {
+  const std::vector<std::int32_t> forced =  // empty (no allocation) unless model.forced_routing is set
       forced_for_tokens(router_, ctx, logits.dim(0), full.dim(full.rank() - 2));
-  return route(logits.to_floats(), bias.defined() ? bias.to_floats() : std::vector<float>{}, router_, forced);
+  route_into(host_.routing, host_.router, host_floats(logits, host_.logits),
+             bias.defined() ? host_floats(bias, host_.bias) : std::span<const float>(), router_, forced);
+  return host_.routing;
+}
+
+const MoeMlp::Blocks& MoeMlp::blocks_of(std::span<const std::int64_t> counts, const Tensor& plan_tensor) {
+  // At ep 1 one block (all routed rows, E groups); under ep one per source rank (its received rows, El groups), so
+  // each GEMM has the rows and shape it has at ep 1.
+  Blocks& blocks = host_.blocks;
+  blocks.clear();  // keeps the capacity
+  if (!plan_tensor.defined()) {
+    blocks.emplace_back(0, counts);
+    return blocks;
+  }
+  plan_from_tensor_into(plan_tensor, host_.plan);
+  for (int p = 0; p < host_.plan.ep_size; ++p) {
+    blocks.emplace_back(host_.plan.first_row_from(p), host_.plan.counts_from(p));
+  }
+  return blocks;
 }
 
 Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
@@ -275,7 +289,7 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   ops::gemm(ctx, xf, router_weight_->compute(), logits, nt);
   const Tensor logits_host = ops::to_host(ctx, logits);
   const Tensor bias_host = router_bias_ ? ops::to_host(ctx, router_bias_->compute()) : Tensor();
-  Routing routing = route_stashed(logits_host, bias_host, full, ctx);
+  const Routing& routing = route_stashed(logits_host, bias_host, full, ctx);
   // Posted now, waited for in backward_input: the forward's outputs do not depend on it, and a forward no backward
   // follows (recomputation's first, evaluation's) posts none (balance_exchange.hpp).
   const BalanceExchange balance =
@@ -303,7 +317,7 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
     const AllToAllTimer timer(ctx, block_, AllToAllKind::kDispatch);
     xp = dispatch_rows(xp, plan, ctx);
   }
-  const Blocks blocks = blocks_of(routing.counts, plan_tensor);
+  const Blocks& blocks = blocks_of(routing.counts, plan_tensor);
   ExpertActivations act = experts_forward(ctx, xp, blocks);
   // Under ep, back into this rank's routed-row layout (the experts' output rows are released here).
   if (ep) act.o = timed_exchange(combine_rows, act.o, plan_tensor, block_, AllToAllKind::kCombine, ctx);
@@ -329,9 +343,10 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const HostRouting host = ctx.device.is_cpu()
                                ? HostRouting{stash.tensors[kLogits], router_bias_ ? router_bias_->compute() : Tensor()}
                                : HostRouting{stash.tensors[kLogitsHost], stash.tensors[kBiasHost]};
-  Routing routing = route_stashed(host.logits, host.bias, full, ctx);
+  Routing& routing = host_.routing;
+  route_stashed(host.logits, host.bias, full, ctx);
   const Tensor plan_tensor = stash.tensors[kPlan];
-  const Blocks blocks = blocks_of(routing.counts, plan_tensor);
+  const Blocks& blocks = blocks_of(routing.counts, plan_tensor);
   const Tensor dy_full = sp ? sequence_all_gather(dy, ctx, tp_size_, tp_rank_, who()) : dy;
   const Tensor dyf = rows_of(dy_full);
 
@@ -352,9 +367,10 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   // The router: the weights' gradient and the aux and z losses', this rank's rows only where they are summed.
   const std::vector<bool> mine = sp ? tokens_of_rank(full, n, tp_size_, tp_rank_) : std::vector<bool>{};
   apply_balance(routing, stash, router_, ctx);  // the first use of the whole micro-batch's counts
-  const std::vector<float> dlogits_host =
-      router_backward(routing, download(ctx, dweight), ctx.loss_scale, router_, mine);
-  Tensor dlogits_f32 = upload(ctx, dlogits_host, Shape{n, e}, DType::kF32);
+  const Tensor dweight_host = ops::to_host(ctx, dweight);  // f32
+  const std::span<const float> dlogits_host =
+      router_backward_into(host_.router, routing, dweight_host.span<float>(), ctx.loss_scale, router_, mine);
+  Tensor dlogits_f32 = upload(ctx, dlogits_host, Shape{n, e});
   Tensor dlogits = new_activation(ctx, Shape{n, e});
   ops::copy(ctx, dlogits_f32, dlogits);
   if (sp || tp_rank_ == 0) {
@@ -362,7 +378,7 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
     acc.beta = 1.0f;
     ops::gemm(ctx, dlogits, router_weight_->compute(), rows_of(dx_full), acc);
   }
-  record_routing(routing, plan_tensor, ep, ctx);
+  record_routing(routing, ep, ctx);  // host_.plan: blocks_of read the plan back
 
   Tensor dx = reduce_over_tp(dx_full, sp, ctx);
   if (shared_) ops::add_inplace(ctx, dx, shared_->backward_input(dy, stash.children[0], ctx));
@@ -407,16 +423,15 @@ Tensor MoeMlp::reduce_over_tp(const Tensor& full, bool sp, Context& ctx) const {
   return full;
 }
 
-void MoeMlp::record_routing(const Routing& routing, const Tensor& plan_tensor, bool ep, Context& ctx) {
+void MoeMlp::record_routing(const Routing& routing, bool ep, Context& ctx) {
   stats_.counts = routing.counts;
   stats_.aux_loss = routing.aux_loss;
   stats_.z_loss = routing.z_loss;
   stats_.sent_rows.clear();
   stats_.received_rows.clear();
   if (ep) {
-    const DispatchPlan plan = plan_from_tensor(plan_tensor);
-    stats_.sent_rows = plan.send_rows;
-    stats_.received_rows = plan.recv_rows;
+    stats_.sent_rows = host_.plan.send_rows;
+    stats_.received_rows = host_.plan.recv_rows;
   }
   if (ctx.router_log == nullptr) return;
   ctx.router_log->add(block_, routing.counts, routing.aux_loss, routing.z_loss);
@@ -431,9 +446,9 @@ void MoeMlp::record_routing(const Routing& routing, const Tensor& plan_tensor, b
 
 void MoeMlp::backward_weight(Stash& stash, Context& ctx) {
   CLEAVE_ASSERT(stash.tensors.size() == 9, "{}: backward_weight without backward_input", who());
-  const std::vector<float> counts_f = stash.tensors[kBCounts].to_floats();  // a host tensor: no wait
-  const std::vector<std::int64_t> counts(counts_f.begin(), counts_f.end());
-  const Blocks blocks = blocks_of(counts, stash.tensors[kBPlan]);
+  const std::span<const float> counts_f = stash.tensors[kBCounts].span<float>();  // a host tensor: no wait
+  host_.counts.assign(counts_f.begin(), counts_f.end());
+  const Blocks& blocks = blocks_of(host_.counts, stash.tensors[kBPlan]);
   ops::GroupedGemmOptions accumulate;
   accumulate.beta = 1.0f;
   // Under ep each source's rows go into its own lane when the grad holds ep lanes (deterministic mode's

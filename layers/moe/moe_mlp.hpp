@@ -54,13 +54,20 @@
 // dg, du, do) are the received rows of this rank's experts, o the outputs returned to this rank's routed rows, and
 // plan the dispatch plan (plan_to_tensor; an empty tensor at ep 1). counts (f32) and plan (i64) are host tensors on
 // every device (read on the host: no transfer, no host wait).
+//
+// Host state reused from call to call (HostWorkspace below): the routing, the router's scratch, the grouped GEMMs'
+// blocks and the dispatch plan read back are refilled in place by each forward, backward_input and backward_weight,
+// so a steady-state step makes no host allocation for them (docs/ops.md). Each is used within one call only (no
+// call reads what another left), so interleaved micro-batches (1F1B, recomputation) cannot see each other's.
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "layers/layer.hpp"
+#include "layers/moe/expert_dispatch.hpp"
 #include "layers/moe/router.hpp"
 #include "layers/param_init.hpp"
 
@@ -94,13 +101,18 @@ class MoeMlp final : public Layer {
  private:
   const std::string& who() const { return who_; }
   std::string make_who() const { return std::string(kind()) + " " + prefix_; }
-  // The routing of the host tensors `logits` [N, E] and `bias` [E] (undefined without a sigmoid router's bias);
-  // `full` is the routed input (x, all-gathered under sequence parallelism), whose shape gives the tokens per sample.
-  Routing route_stashed(const Tensor& logits, const Tensor& bias, const Tensor& full, Context& ctx) const;
+  // The routing of the host tensors `logits` [N, E] and `bias` [E] (undefined without a sigmoid router's bias)
+  // into host_.routing (returned); `full` is the routed input (x, all-gathered under sequence parallelism), whose
+  // shape gives the tokens per sample.
+  const Routing& route_stashed(const Tensor& logits, const Tensor& bias, const Tensor& full, Context& ctx);
   bool expert_parallel(const Context& ctx) const;
   // The expert SwiGLU on rows grouped by local expert: one grouped GEMM per block of `blocks` (a source rank's
-  // rows under ep; the whole at ep 1), each with that block's groups.
-  using Blocks = std::vector<std::pair<std::int64_t, std::vector<std::int64_t>>>;  // (first row, groups) per block
+  // rows under ep; the whole at ep 1), each with that block's groups (a view of the routing's counts or of the
+  // dispatch plan read back, host_.plan).
+  using Blocks = std::vector<std::pair<std::int64_t, std::span<const std::int64_t>>>;  // (first row, groups)
+  // The blocks of `counts` (ep 1: one block) or of the plan in `plan_tensor` (ep: one per source rank), into
+  // host_.blocks (returned; valid while `counts` and host_.plan are).
+  const Blocks& blocks_of(std::span<const std::int64_t> counts, const Tensor& plan_tensor);
   void grouped(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c, const Blocks& blocks, bool trans_b,
                float beta) const;
   // The experts' SwiGLU forward on the routed rows xp (this rank's received rows under ep), block by block.
@@ -119,7 +131,7 @@ class MoeMlp final : public Layer {
   // under sequence parallelism, else all-reduced in place (tp > 1); returns the result.
   Tensor reduce_over_tp(const Tensor& full, bool sp, Context& ctx) const;
   // What the micro-batch routed, into stats_ and (when the run keeps one) ctx.router_log.
-  void record_routing(const Routing& routing, const Tensor& plan_tensor, bool ep, Context& ctx);
+  void record_routing(const Routing& routing, bool ep, Context& ctx);  // under ep, host_.plan is the micro-batch's
 
   std::string prefix_;
   std::string block_;  // the block's name: the prefix without its last part ("blocks.3" of "blocks.3.moe")
@@ -131,6 +143,16 @@ class MoeMlp final : public Layer {
   std::shared_ptr<Param> router_weight_, router_bias_, gate_, up_, down_;
   LayerPtr shared_;
   MoeStats stats_;  // written by backward_input: what the last micro-batch routed (read by logs and tests)
+  // Host scratch refilled by each call (see the file's comment): never read across calls.
+  struct HostWorkspace {
+    Routing routing;
+    RouterWorkspace router;
+    std::vector<float> logits, bias;    // a host tensor's values read as f32 when it is not f32 (a bf16 bias)
+    std::vector<std::int64_t> counts;   // backward_weight: the stashed counts read back
+    DispatchPlan plan;                  // ep: the stashed plan read back
+    Blocks blocks;
+  };
+  HostWorkspace host_;
   std::string who_ = make_who();  // last: built once from the members above, so no call builds a string
 };
 

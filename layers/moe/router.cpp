@@ -65,9 +65,9 @@ double choose_experts(const double* s, std::vector<double>& key, std::span<const
 
 // The routed-row layout from r.expert, r.weight and r.counts: rows grouped per expert, tokens ascending within an
 // expert.
-void group_rows(Routing& r) {
+void group_rows(Routing& r, std::vector<std::int64_t>& next) {
   const std::int64_t n = r.tokens, e = r.experts, k = r.top_k;
-  std::vector<std::int64_t> next(static_cast<std::size_t>(e), 0);
+  next.assign(static_cast<std::size_t>(e), 0);
   for (std::int64_t i = 1; i < e; ++i) next[static_cast<std::size_t>(i)] = next[static_cast<std::size_t>(i - 1)] + r.counts[static_cast<std::size_t>(i - 1)];
   r.row_token.resize(static_cast<std::size_t>(n * k));
   r.row_weight.resize(static_cast<std::size_t>(n * k));
@@ -87,12 +87,19 @@ void group_rows(Routing& r) {
 
 Routing route(std::span<const float> logits, std::span<const float> bias, const RouterOptions& o,
               std::span<const std::int32_t> forced) {
+  Routing r;
+  RouterWorkspace ws;
+  route_into(r, ws, logits, bias, o, forced);
+  return r;
+}
+
+void route_into(Routing& r, RouterWorkspace& ws, std::span<const float> logits, std::span<const float> bias,
+                const RouterOptions& o, std::span<const std::int32_t> forced) {
   const std::int64_t e = o.experts, k = o.top_k;
   CLEAVE_ASSERT(e > 0 && k > 0 && k <= e && static_cast<std::int64_t>(logits.size()) % e == 0,
                 "route: {} logits for {} experts, top {}", logits.size(), e, k);
   CLEAVE_ASSERT(bias.empty() || static_cast<std::int64_t>(bias.size()) == e, "route: bias of {} for {} experts",
                 bias.size(), e);
-  Routing r;
   const std::int64_t n = static_cast<std::int64_t>(logits.size()) / e;
   CLEAVE_ASSERT(forced.empty() || static_cast<std::int64_t>(forced.size()) == n * k, "route: {} forced experts for {} x {}",
                 forced.size(), n, k);
@@ -105,9 +112,16 @@ Routing route(std::span<const float> logits, std::span<const float> bias, const 
   r.scores.resize(static_cast<std::size_t>(n * e));
   r.lse.resize(static_cast<std::size_t>(n));
   r.logits.assign(logits.begin(), logits.end());
-  std::vector<double> key(static_cast<std::size_t>(e));
-  std::vector<std::int32_t> order(static_cast<std::size_t>(e));
-  std::vector<double> mean_q(static_cast<std::size_t>(e), 0.0);
+  ws.key.resize(static_cast<std::size_t>(e));
+  ws.order.resize(static_cast<std::size_t>(e));
+  std::vector<double>& key = ws.key;
+  std::vector<std::int32_t>& order = ws.order;
+  std::vector<double>& mean_q = r.mean_q;
+  mean_q.assign(static_cast<std::size_t>(e), 0.0);
+  r.balance_counts.clear();
+  r.balance_tokens = 0;
+  r.aux_loss = 0.0;
+  r.z_loss = 0.0;
   double z_sum = 0.0;
   for (std::int64_t t = 0; t < n; ++t) {
     double* s = r.scores.data() + t * e;
@@ -127,13 +141,11 @@ Routing route(std::span<const float> logits, std::span<const float> bias, const 
       ++r.counts[static_cast<std::size_t>(x)];
     }
   }
-  group_rows(r);
-  r.mean_q = std::move(mean_q);
+  group_rows(r, ws.next);
   if (n > 0) {
     balance_over(r, r.counts, n, o);
     r.z_loss = o.z_coef * z_sum / static_cast<double>(n);
   }
-  return r;
 }
 
 void balance_over(Routing& r, std::span<const std::int64_t> counts, std::int64_t tokens, const RouterOptions& o) {
@@ -215,11 +227,23 @@ void logit_grads(const Routing& r, std::int64_t t, const double* s, const std::v
 
 std::vector<float> router_backward(const Routing& r, std::span<const float> dweight, double loss_scale,
                                    const RouterOptions& o, const std::vector<bool>& token_mask) {
+  RouterWorkspace ws;
+  router_backward_into(ws, r, dweight, loss_scale, o, token_mask);
+  return std::move(ws.dlogits);
+}
+
+std::span<const float> router_backward_into(RouterWorkspace& ws, const Routing& r, std::span<const float> dweight,
+                                            double loss_scale, const RouterOptions& o,
+                                            const std::vector<bool>& token_mask) {
   const std::int64_t n = r.tokens, e = r.experts, k = r.top_k;
   CLEAVE_ASSERT(static_cast<std::int64_t>(dweight.size()) == n * k, "router_backward: {} weight gradients for {} x {}",
                 dweight.size(), n, k);
-  std::vector<float> out(static_cast<std::size_t>(n * e), 0.0f);
-  std::vector<double> dq(static_cast<std::size_t>(e)), ds(static_cast<std::size_t>(e));
+  std::vector<float>& out = ws.dlogits;
+  out.assign(static_cast<std::size_t>(n * e), 0.0f);
+  std::vector<double>& dq = ws.dq;
+  std::vector<double>& ds = ws.ds;
+  dq.resize(static_cast<std::size_t>(e));
+  ds.resize(static_cast<std::size_t>(e));
   for (std::int64_t t = 0; t < n; ++t) {
     if (!token_mask.empty() && !token_mask[static_cast<std::size_t>(t)]) continue;
     const double* s = r.scores.data() + t * e;

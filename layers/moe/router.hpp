@@ -19,6 +19,10 @@
 // f_e must come from the whole micro-batch's counts (balance_over); P_e and z stay this rank's means, whose average
 // over the cp ranks (equal token counts, each rank's gradient scaled by 1 / cp) is the whole micro-batch's.
 // Arithmetic is double; what is handed back is rounded to f32.
+// The layer routes every micro-batch twice (forward and backward) and keeps one Routing and one RouterWorkspace
+// from call to call: route_into and router_backward_into refill them in place (every field rewritten), so once
+// their vectors have held a micro-batch's sizes a step allocates nothing; route and router_backward are the same
+// arithmetic into fresh ones.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +71,19 @@ struct Routing {
 Routing route(std::span<const float> logits, std::span<const float> bias, const RouterOptions& options,
               std::span<const std::int32_t> forced = {});
 
+// Scratch of route_into and router_backward_into, kept by the caller from call to call (contents meaningless
+// between calls), and the logits' gradient router_backward_into hands back.
+struct RouterWorkspace {
+  std::vector<double> key, dq, ds;    // [E] each
+  std::vector<std::int32_t> order;    // [E]
+  std::vector<std::int64_t> next;     // [E] the next routed row of each expert (group_rows)
+  std::vector<float> dlogits;         // [N·E] router_backward_into's result
+};
+
+// route() into `out` (every field rewritten; its vectors' capacity kept), with `ws` as scratch.
+void route_into(Routing& out, RouterWorkspace& ws, std::span<const float> logits, std::span<const float> bias,
+                const RouterOptions& options, std::span<const std::int32_t> forced = {});
+
 // Context parallelism: `counts` [E] and `tokens` are the micro-batch's whole sequences' (this rank's counts and
 // tokens summed over its cp group). Makes them the aux loss's f_e and recomputes aux_loss (this rank's P_e with
 // the whole f_e); router_backward then uses them.
@@ -78,6 +95,10 @@ void balance_over(Routing& routing, std::span<const std::int64_t> counts, std::i
 // is false are 0 (empty mask: every row).
 std::vector<float> router_backward(const Routing& routing, std::span<const float> dweight, double loss_scale,
                                    const RouterOptions& options, const std::vector<bool>& token_mask = {});
+// The same into ws.dlogits (returned; valid until ws is used again), ws.dq and ws.ds as scratch.
+std::span<const float> router_backward_into(RouterWorkspace& ws, const Routing& routing, std::span<const float> dweight,
+                                            double loss_scale, const RouterOptions& options,
+                                            const std::vector<bool>& token_mask = {});
 
 // max / mean of counts (1 = balanced; 0 when no token was routed).
 double load_imbalance(std::span<const std::int64_t> counts);

@@ -5,6 +5,8 @@
 //
 // Invariant: a block adds once per micro-batch, in backward_input (which runs exactly once per micro-batch in
 // training, whatever the recomputation; evaluation runs no backward and records nothing).
+// clear() empties the records but keeps them (and their vectors' capacity), so a step after the first allocates
+// nothing here; a record no call touched since the last clear() reads as absent (find).
 #pragma once
 
 #include <array>
@@ -57,12 +59,28 @@ struct BlockRouting {
   // Seconds this rank spent in the block's all-to-alls (count exchange, dispatch and combine, forward and
   // backward; each waits for its slowest peer), summed over the step's micro-batches. 0 at ep 1.
   double all_to_all_s = 0.0;
+  // Touched since the log's last clear() (a kept record that was not reads as absent).
+  bool in_step = false;
+
+  // Back to a new record's values, keeping the vectors' capacity.
+  void reset() {
+    counts.clear();
+    aux_loss = z_loss = 0.0;
+    micro_batches = 0;
+    bias = nullptr;
+    bias_update_rate = 0.0;
+    sent_rows.clear();
+    sent_bytes.clear();
+    received_rows.clear();
+    all_to_all_s = 0.0;
+    in_step = false;
+  }
 };
 
 class RouterLog {
  public:
   void add(const std::string& block, std::span<const std::int64_t> counts, double aux_loss, double z_loss) {
-    BlockRouting& b = blocks_[block];
+    BlockRouting& b = record(block);
     if (b.counts.size() < counts.size()) b.counts.resize(counts.size(), 0);
     for (std::size_t i = 0; i < counts.size(); ++i) b.counts[i] += counts[i];
     b.aux_loss += aux_loss;
@@ -72,7 +90,7 @@ class RouterLog {
   // row_bytes: one row's bytes on the wire (d_model × the activation dtype's size).
   void add_dispatch(const std::string& block, std::span<const std::int64_t> sent, std::span<const std::int64_t> received,
                     std::int64_t row_bytes) {
-    BlockRouting& b = blocks_[block];
+    BlockRouting& b = record(block);
     if (b.sent_rows.size() < sent.size()) {
       b.sent_rows.resize(sent.size(), 0);
       b.sent_bytes.resize(sent.size(), 0);
@@ -85,29 +103,35 @@ class RouterLog {
     for (std::size_t i = 0; i < received.size(); ++i) b.received_rows[i] += received[i];
   }
   void add_all_to_all_time(const std::string& block, AllToAllKind kind, double seconds) {
-    blocks_[block].all_to_all_s += seconds;
+    record(block).all_to_all_s += seconds;
     calls_.push_back({kind, seconds});
   }
   // The step's timed all-to-alls on this rank, in the order they ran (all blocks).
   const std::vector<AllToAllCall>& calls() const { return calls_; }
   void note_bias(const std::string& block, Param* bias, double rate) {
-    BlockRouting& b = blocks_[block];
+    BlockRouting& b = record(block);
     b.bias = bias;
     b.bias_update_rate = rate;
   }
   void clear() {
-    blocks_.clear();
-    calls_.clear();  // keeps its capacity: no allocation after the first step
+    for (auto& [block, b] : blocks_) b.reset();  // the map's nodes kept: no allocation after the first step
+    calls_.clear();  // keeps its capacity
   }
   // Every block's record, by name (`cleave profile` reads what a timed block routed).
   const std::map<std::string, BlockRouting>& blocks() const { return blocks_; }
   // The block's record; null when it routed nothing on this rank this step.
   const BlockRouting* find(const std::string& block) const {
     const auto it = blocks_.find(block);
-    return it == blocks_.end() ? nullptr : &it->second;
+    return it == blocks_.end() || !it->second.in_step ? nullptr : &it->second;
   }
 
  private:
+  BlockRouting& record(const std::string& block) {
+    BlockRouting& b = blocks_[block];
+    b.in_step = true;
+    return b;
+  }
+
   std::map<std::string, BlockRouting> blocks_;
   std::vector<AllToAllCall> calls_;
 };

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <span>
 #include <vector>
 
 #include "kernels/ops/ops.hpp"
@@ -45,12 +46,14 @@ Tensor SharedExpertGate::forward(const Tensor& x, Stash& stash, Context& ctx) {
   ops::GemmOptions nt;
   nt.trans_b = true;
   ops::gemm(ctx, xr, weight_->compute(), logit, nt);
-  std::vector<float> sig = ops::to_host(ctx, logit).to_floats();
+  const Tensor logit_host = ops::to_host(ctx, logit);  // f32
+  std::vector<float>& sig = sig_;
+  sig.assign(logit_host.span<float>().begin(), logit_host.span<float>().end());
   for (float& v : sig) v = 1.0f / (1.0f + std::exp(-v));
-  std::vector<std::int32_t> identity(static_cast<std::size_t>(n));
-  std::iota(identity.begin(), identity.end(), 0);
+  identity_.resize(static_cast<std::size_t>(n));
+  std::iota(identity_.begin(), identity_.end(), 0);
   const Tensor sig_t = upload(ctx, sig, Shape{n}, DType::kF32);
-  const Tensor index = upload(ctx, identity, Shape{n}, DType::kI32);
+  const Tensor index = upload(ctx, identity_, Shape{n}, DType::kI32);
   Tensor y = new_activation(ctx, s.shape());
   ops::moe_gather(ctx, rows_of(s), index, sig_t, rows_of(y));  // y[n] = sigmoid[n] · s[n]
   // The backward's σ: a host copy on a GPU (nothing read back there); the CPU's sig_t is host memory already.
@@ -69,8 +72,10 @@ Tensor SharedExpertGate::backward_input(const Tensor& dy, Stash& stash, Context&
   // The gate's gradient: dsigmoid[n] = dy[n] · s[n], dlogit = dsigmoid · σ (1 - σ).
   Tensor dsig = new_workspace(ctx, Shape{n, 1});
   ops::moe_combine_weight_grad(ctx, dyr, rows_of(s), index.view(Shape{n, 1}), dsig);
-  std::vector<float> dlogit = ops::to_host(ctx, dsig).to_floats();
-  const std::vector<float> sig = (ctx.device.is_cpu() ? sig_t : stash.tensors[kSigmoidHost]).to_floats();
+  const Tensor dsig_host = ops::to_host(ctx, dsig);  // f32
+  std::vector<float>& dlogit = dlogit_;
+  dlogit.assign(dsig_host.span<float>().begin(), dsig_host.span<float>().end());
+  const std::span<const float> sig = (ctx.device.is_cpu() ? sig_t : stash.tensors[kSigmoidHost]).span<float>();
   for (std::size_t i = 0; i < dlogit.size(); ++i) dlogit[i] *= sig[i] * (1.0f - sig[i]);
   const Tensor dlogit_f32 = upload(ctx, dlogit, Shape{n, 1}, DType::kF32);
   Tensor dlogit_t = new_activation(ctx, Shape{n, 1});

@@ -13,11 +13,14 @@
 //
 // Stash layout: tensors {x, shared output [N, D], sigmoid [N] f32, identity index [N] i32}; backward_input
 // replaces them by {x, dlogit [N, 1] (compute dtype)}; children {shared}.
+// Its name and the host vectors of each call (the sigmoid, the identity index, the gate's gradient) are kept from
+// call to call (refilled, never read across calls), so a steady-state step allocates none of them.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "layers/layer.hpp"
 #include "layers/param_init.hpp"
@@ -37,12 +40,16 @@ class SharedExpertGate final : public Layer {
   std::vector<std::shared_ptr<Param>> params() const override;
 
  private:
-  std::string who() const { return "shared expert gate " + prefix_; }
+  const std::string& who() const { return who_; }
 
   std::string prefix_;
   std::int64_t d_ = 0;
   LayerPtr shared_;
   std::shared_ptr<Param> weight_;
+  // Host scratch refilled by each call: σ of the gate logits [N], the identity index 0..N-1, the gate's gradient [N].
+  std::vector<float> sig_, dlogit_;
+  std::vector<std::int32_t> identity_;
+  std::string who_ = "shared expert gate " + prefix_;  // last: built once from prefix_
 };
 
 }  // namespace cleave::layers

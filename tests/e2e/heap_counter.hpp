@@ -68,6 +68,7 @@ struct Owner {
   const char* name;
   std::vector<const char*> parts;
   Hold hold;
+  int per_step = 0;  // a held owner's bound: allocations per step at most (0: none)
 };
 Owner probe_owner();  // probe()'s site: a test puts it in its table and expects exactly one allocation there
 

@@ -3,9 +3,10 @@
 // fp32 and bf16, through OpenBLAS and (where built) oneDNN, GPT also with deterministic GEMM slicing, make no heap
 // allocation in the kernel layer (heap_counter.hpp: global operator new, charged by call stack) and, on GPT and
 // Llama, none in the engine at all: the count is exactly the counter's probe (one allocation made on purpose while
-// counting, so a counter that sees nothing cannot pass). On MoE the owners brought to zero are asserted (owners()
-// below); what the MoE layer's host routing, expert dispatch and the router metrics allocate (other areas' work,
-// docs/ops.md lists it) and oneDNN's execute are printed, not asserted. A per-GEMM allocation, a Storage made with
+// counting, so a counter that sees nothing cannot pass). On MoE (softmax; sigmoid with a moving bias, the z loss and
+// a gated shared expert) every owner is asserted (owners() below): zero, the router metrics at their bound (the
+// step's returned fields), tensor storage printed (the experts' rows follow the routing, so a size not cached yet
+// takes a new block); oneDNN's execute is printed, not asserted. A per-GEMM allocation, a Storage made with
 // make_shared, a string built per layer call, a stash list or an executor map node made afresh each micro-batch, a
 // trainer's vector per step fails it. CLEAVE_HEAP_SITES=N prints the largest sites too.
 // Runs in-process (MPI singleton world of one).
@@ -50,6 +51,12 @@ heap::Counts steady_state_allocations(const config::RunConfig& config) {
 const char* kMoe = R"({"type": "moe", "vocab_size": 64, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
                        "seq_len": 32, "ffn_hidden_size": 48, "n_experts": 4, "top_k": 2, "router": "softmax",
                        "normalize_top_k": true, "aux_loss_coef": 0.01})";
+// The other router and the block's other parts: a sigmoid router whose selection bias moves every step, the z loss,
+// and a shared expert (a SwigluMlp every token runs through, gated).
+const char* kMoeSigmoidShared = R"({"type": "moe", "vocab_size": 64, "d_model": 64, "n_layers": 2, "n_heads": 4,
+                       "n_kv_heads": 2, "seq_len": 32, "ffn_hidden_size": 48, "n_experts": 4, "top_k": 2,
+                       "router": "sigmoid", "normalize_top_k": true, "aux_loss_coef": 0.01, "z_loss_coef": 0.001,
+                       "bias_update_rate": 0.01, "n_shared_experts": 1, "shared_expert_gate": true})";
 
 struct Case {
   std::string name;
@@ -75,7 +82,10 @@ std::vector<Case> training_cases() {
       cases.push_back({"llama" + suffix, kLlama, o});
       // MoE through OpenBLAS only: a oneDNN grouped GEMM remakes its memory objects when a group's row count
       // changes (docs/ops.md lists it), so the kernel layer allocates there by design.
-      if (std::string(blas) == "openblas") cases.push_back({"moe" + suffix, kMoe, o, /*moe=*/true});
+      if (std::string(blas) == "openblas") {
+        cases.push_back({"moe" + suffix, kMoe, o, /*moe=*/true});
+        cases.push_back({"moe_sigmoid_shared" + suffix, kMoeSigmoidShared, o, /*moe=*/true});
+      }
     }
   }
   return cases;
@@ -83,9 +93,13 @@ std::vector<Case> training_cases() {
 
 // The engine's allocations by owner (heap::by_owner: a site belongs to the first owner one of its frames names,
 // innermost frame first; a tensor made in a layer is the storage's, a vector the optimizer builds the optimizer's).
-// Held owners (Hold::kAlways) were brought to zero in a steady-state step on one rank, the multi-rank ones also in
-// steady_state_heap_mpi_test.cpp; kWithoutMoe ones are held on the dense models only. What is not held is another
-// area's and is printed: expert dispatch and the router metrics, and the MoE layer's host routing (docs/ops.md).
+// Held owners (Hold::kAlways) were brought to zero (or their per-step bound) in a steady-state step on one rank, the
+// multi-rank ones also in steady_state_heap_mpi_test.cpp; kWithoutMoe ones are held on the dense models only.
+// The router metrics' step fields (RouterMetrics::finish): the returned list and its one name past std::string's
+// in-place buffer ("moe_load_imbalance"; the per-expert names fit while E < 100 000): the step's StepStats owns
+// them, so they are made per step by design.
+constexpr int kRouterMetricsPerStep = 2;
+
 const std::vector<heap::Owner>& owners() {
   using heap::Hold;
   static const std::vector<heap::Owner> table = {
@@ -93,7 +107,8 @@ const std::vector<heap::Owner>& owners() {
       {"optimizer (unique_params, norm, clipping)", {"cleave::optim::"}, Hold::kAlways},
       {"communicators", {"cleave::comm::"}, Hold::kAlways},
       {"context parallelism's CpLayout", {"CpLayout::"}, Hold::kAlways},
-      {"expert dispatch and router metrics", {"RouterMetrics", "expert_dispatch", "ExpertDispatch"}, Hold::kNever},
+      {"router metrics (the step's fields)", {"RouterMetrics"}, Hold::kAlways, kRouterMetricsPerStep},
+      {"expert dispatch", {"expert_dispatch", "ExpertDispatch", "plan_from_tensor", "plan_to_tensor"}, Hold::kAlways},
       // MoE: the experts' rows follow the routing, so a size not cached yet still takes a new block and node.
       {"tensor storage and the allocator's cache", {"cleave::Allocator::", "cleave::StoragePool"}, Hold::kWithoutMoe},
       {"stashes and the stage module's stash sets", {"cleave::layers::Stash", "cleave::pipeline::StageModule::"},
@@ -105,7 +120,10 @@ const std::vector<heap::Owner>& owners() {
        Hold::kAlways},
       {"attention and swiglu (lists of parts, callbacks)",
        {"Attention::", "attention_core", "SharedInputParts", "SwigluMlp"}, Hold::kAlways},
-      {"moe layer (host routing)", {"layers::Moe", "layers::route", "router_backward", "balance_over"}, Hold::kNever},
+      {"moe layer (host routing, router log, shared expert gate)",
+       {"layers::Moe", "layers::route", "router_backward", "balance_over", "layers::RouterLog", "layers::SharedExpert",
+        "layers::forced_for_tokens", "balance_exchange"},
+       Hold::kAlways},
       {"pipeline executor (slots, lists, outcome)", {"cleave::pipeline::"}, Hold::kAlways},
       // reduce_doubles is named by its caller: the step end's is the trainer's, the router metrics' theirs.
       {"trainer (data, step end, tail)",
@@ -118,8 +136,7 @@ const std::vector<heap::Owner>& owners() {
 class SteadyStateHeapTraining : public ::testing::TestWithParam<Case> {};
 
 // GPT and Llama: the engine's count over three steps is exactly the probe's one allocation (every owner and the
-// unnamed rest at zero). MoE: every held owner at zero; host routing, expert dispatch, the router metrics and the
-// storage of new sizes are printed.
+// unnamed rest at zero). MoE: every held owner at zero or its bound; the storage of new sizes is printed.
 TEST_P(SteadyStateHeapTraining, AllocatesNothingOfOurs) {
   const Case& c = GetParam();
   const heap::Counts counts = steady_state_allocations(small_model(c.model, c.overrides));
@@ -132,8 +149,10 @@ TEST_P(SteadyStateHeapTraining, AllocatesNothingOfOurs) {
     if (by.count[i] > 0) std::printf("  %6lld  %s\n", static_cast<long long>(by.count[i]), name);
     const heap::Hold hold = named ? owners()[i].hold : heap::Hold::kWithoutMoe;
     if (hold == heap::Hold::kAlways || (hold == heap::Hold::kWithoutMoe && !c.moe)) {
-      EXPECT_EQ(by.count[i], 0) << c.name << ": 3 steady-state steps made " << by.count[i] << " allocations of "
-                                << name << ", e.g. " << by.example[i];
+      const int per_step = named ? owners()[i].per_step : 0;
+      EXPECT_LE(by.count[i], 3 * per_step) << c.name << ": 3 steady-state steps made " << by.count[i]
+                                           << " allocations of " << name << " (at most " << per_step << " a step), e.g. "
+                                           << by.example[i];
     }
   }
   heap::print_largest_sites(sites);

@@ -166,9 +166,43 @@ TEST(Allocator, LargeRequestTakesTheSmallestCachedBlockAtMostAnEighthLarger) {
   }
   { auto far = storage(kMiB + kMiB / 2); }  // 1.5 MiB: 2 MiB is 1/3 larger, a block of its own
   EXPECT_EQ(a.stats().system_allocations, system + 1);
-  { auto small = storage(kMiB / 2); }  // below 1 MiB: its exact size only, although larger blocks are free
+  { auto small = storage(kMiB / 2); }  // below 1 MiB: a block of its class only, although larger blocks are free
   EXPECT_EQ(a.stats().system_allocations, system + 2);
   EXPECT_EQ(a.stats().current_total, 0);
+}
+
+// Below 1 MiB a request is served by a block of its size class (8 per power of two, at least 256 B apart): sizes that
+// vary a little from step to step (an MoE's per-expert rows) share one cached block, no block is more than 1/8 (or,
+// below 2 KiB, 255 B) larger than its request, and the accounting still counts requested bytes.
+TEST(Allocator, SmallRequestsShareTheBlockOfTheirSizeClass) {
+  TestAllocator a;
+  const auto storage = [&](std::size_t bytes) { return a.allocate(bytes, MemoryCategory::kActivations); };
+  void* block = nullptr;
+  { block = storage(10'000)->data(); }  // class 10,240 B (8 KiB..16 KiB in steps of 1 KiB)
+  const std::int64_t system = a.stats().system_allocations;
+  EXPECT_EQ(a.stats().reserved, 10'240);
+  for (std::size_t bytes : {9'217, 9'800, 10'240}) {  // the same class: the same block, no system call
+    auto s = storage(bytes);
+    EXPECT_EQ(s->data(), block) << bytes;
+    EXPECT_EQ(a.stats().current_total, static_cast<std::int64_t>(bytes));
+  }
+  EXPECT_EQ(a.stats().system_allocations, system);
+  { auto next = storage(10'241); }  // the next class (11,264 B): a block of its own
+  { auto below = storage(9'216); }   // the class below (9,216 B): a block of its own
+  EXPECT_EQ(a.stats().system_allocations, system + 2);
+  EXPECT_EQ(a.stats().reserved, 10'240 + 11'264 + 9'216);
+  // The classes' bound, over every size up to 1 MiB: a block at least its request, at most 1/8 (or 255 B) larger.
+  TestAllocator b;
+  std::int64_t reserved = 0;
+  for (std::size_t bytes = 1; bytes < (std::size_t{1} << 20); bytes += 1 + bytes / 64) {
+    { auto s = b.allocate(bytes, MemoryCategory::kWorkspace); }
+    const std::int64_t block_bytes = b.stats().reserved - reserved;
+    reserved = b.stats().reserved;
+    if (block_bytes == 0) continue;  // served by a block of the same class cached before
+    EXPECT_GE(block_bytes, static_cast<std::int64_t>(bytes));
+    EXPECT_LE(block_bytes, static_cast<std::int64_t>(std::max(bytes + bytes / 8, bytes + 255))) << bytes;
+    EXPECT_EQ(block_bytes % 256, 0) << bytes;
+  }
 }
 
 TEST(Bytes, ParsesUnitsAndRejectsGarbage) {

@@ -227,6 +227,63 @@ TEST(MoeRouter, MatchesTheDoubleReference) {
   }
 }
 
+// The layer refills one Routing and one RouterWorkspace every call (route_into, router_backward_into): whatever an
+// earlier call left in them (more tokens, another router kind, a bias, balance_over's counts, a z loss), the refilled
+// routing and the logits' gradient equal a fresh route() and router_backward() bit for bit, every field.
+void expect_same_routing(const Routing& got, const Routing& want, const std::string& what) {
+  EXPECT_EQ(got.tokens, want.tokens) << what;
+  EXPECT_EQ(got.experts, want.experts) << what;
+  EXPECT_EQ(got.top_k, want.top_k) << what;
+  EXPECT_EQ(got.expert, want.expert) << what;
+  EXPECT_EQ(got.weight, want.weight) << what;
+  EXPECT_EQ(got.counts, want.counts) << what;
+  EXPECT_EQ(got.row_token, want.row_token) << what;
+  EXPECT_EQ(got.token_row, want.token_row) << what;
+  EXPECT_EQ(got.row_weight, want.row_weight) << what;
+  EXPECT_EQ(got.scores, want.scores) << what;
+  EXPECT_EQ(got.lse, want.lse) << what;
+  EXPECT_EQ(got.logits, want.logits) << what;
+  EXPECT_EQ(got.mean_q, want.mean_q) << what;
+  EXPECT_EQ(got.balance_counts, want.balance_counts) << what;
+  EXPECT_EQ(got.balance_tokens, want.balance_tokens) << what;
+  EXPECT_EQ(got.aux_loss, want.aux_loss) << what;
+  EXPECT_EQ(got.z_loss, want.z_loss) << what;
+}
+
+TEST(MoeRouter, RoutingIntoAReusedWorkspaceEqualsAFreshOne) {
+  const auto big = random_tensor({12, 6}, 21, 1.5f).to_floats();
+  const auto small = random_tensor({5, 4}, 22, 1.5f).to_floats();
+  const std::vector<float> bias6 = {0.1f, -0.2f, 0.3f, 0.0f, 0.5f, -0.1f};
+  const auto dweight_big = random_tensor({12, 3}, 23, 0.5f).to_floats();
+  const auto dweight_small = random_tensor({5, 2}, 24, 0.5f).to_floats();
+  Routing reused;
+  RouterWorkspace ws;
+  // First a large sigmoid routing with a bias, z loss and whole-micro-batch counts, and its backward.
+  const RouterOptions sig = options(RouterKind::kSigmoid, 6, 3, true, 0.05, 0.01);
+  route_into(reused, ws, big, bias6, sig);
+  balance_over(reused, std::vector<std::int64_t>{9, 1, 7, 3, 8, 8}, 24, sig);
+  const std::vector<bool> mask = {true, false, true, true, false, true, true, true, false, true, true, true};
+  const std::span<const float> got_big = router_backward_into(ws, reused, dweight_big, 0.5, sig, mask);
+  Routing fresh_big = route(big, bias6, sig);
+  balance_over(fresh_big, std::vector<std::int64_t>{9, 1, 7, 3, 8, 8}, 24, sig);
+  expect_same_routing(reused, fresh_big, "sigmoid, 12 tokens");
+  const std::vector<float> want_big = router_backward(fresh_big, dweight_big, 0.5, sig, mask);
+  EXPECT_EQ(std::vector<float>(got_big.begin(), got_big.end()), want_big);
+  // Then a smaller softmax routing without bias or z loss into the same two.
+  const RouterOptions soft = options(RouterKind::kSoftmax, 4, 2, false, 0.02);
+  route_into(reused, ws, small, {}, soft);
+  const Routing fresh_small = route(small, {}, soft);
+  expect_same_routing(reused, fresh_small, "softmax, 5 tokens after sigmoid, 12");
+  const std::span<const float> got_small = router_backward_into(ws, reused, dweight_small, 1.0, soft);
+  EXPECT_EQ(std::vector<float>(got_small.begin(), got_small.end()),
+            router_backward(fresh_small, dweight_small, 1.0, soft));
+  // And no token at all: the losses and balance back to zero.
+  route_into(reused, ws, std::span<const float>(), {}, soft);
+  expect_same_routing(reused, route(std::span<const float>(), {}, soft), "no token");
+  EXPECT_EQ(reused.aux_loss, 0.0);
+  EXPECT_TRUE(reused.balance_counts.empty());
+}
+
 // Context parallelism: two ranks each route half of a micro-batch's tokens. With the whole micro-batch's counts
 // (balance_over), the halves' aux losses average to the whole's and their logit gradients, each at half the loss
 // scale (the cp ranks' scale is 1 / cp of one rank's), are the whole's rows. With only their own counts (f_e of

@@ -2,10 +2,12 @@
 // and the exchange's own time (engine/train/router_metrics.hpp, split_all_to_alls), by hand.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "engine/core/error.hpp"
 #include "engine/train/router_metrics.hpp"
+#include "layers/layer.hpp"
 #include "layers/moe/router_log.hpp"
 
 namespace cleave::train {
@@ -29,6 +31,37 @@ TEST(RouterLogCalls, KeepsEachTimedAllToAllInOrderUntilCleared) {
   EXPECT_TRUE(log.calls().empty());
   EXPECT_EQ(log.find("b0"), nullptr);
   EXPECT_EQ(layers::all_to_all_kind_name(AllToAllKind::kCombineGrad), "combine_grad");
+}
+
+// clear() keeps the blocks' records (so a step after the first allocates none) but a record nothing touched since
+// reads as absent, and one touched again starts from zero: what a fresh log would hold.
+TEST(RouterLogCalls, ClearedRecordsAreKeptButReadAsNewOnes) {
+  layers::RouterLog log;
+  layers::Param bias;
+  log.add("b0", std::vector<std::int64_t>{3, 1, 4}, 0.5, 0.25);
+  log.add_dispatch("b0", std::vector<std::int64_t>{2, 2}, std::vector<std::int64_t>{1, 3}, 10);
+  log.note_bias("b0", &bias, 0.01);
+  log.add("b1", std::vector<std::int64_t>{1, 1, 1}, 0.1, 0.0);
+  log.clear();
+  EXPECT_EQ(log.find("b0"), nullptr);
+  EXPECT_EQ(log.find("b1"), nullptr);
+  log.add("b1", std::vector<std::int64_t>{2, 0, 5}, 0.125, 0.0);
+  EXPECT_EQ(log.find("b0"), nullptr);  // kept, not touched this step
+  const layers::BlockRouting* b1 = log.find("b1");
+  ASSERT_NE(b1, nullptr);
+  EXPECT_EQ(b1->counts, (std::vector<std::int64_t>{2, 0, 5}));
+  EXPECT_EQ(b1->aux_loss, 0.125);
+  EXPECT_EQ(b1->micro_batches, 1);
+  log.add_all_to_all_time("b0", AllToAllKind::kDispatch, 1e-3);
+  const layers::BlockRouting* b0 = log.find("b0");
+  ASSERT_NE(b0, nullptr);
+  EXPECT_TRUE(b0->counts.empty());
+  EXPECT_TRUE(b0->sent_rows.empty() && b0->sent_bytes.empty() && b0->received_rows.empty());
+  EXPECT_EQ(b0->bias, nullptr);
+  EXPECT_EQ(b0->bias_update_rate, 0.0);
+  EXPECT_EQ(b0->micro_batches, 0);
+  EXPECT_EQ(b0->aux_loss, 0.0);
+  EXPECT_EQ(b0->all_to_all_s, 1e-3);
 }
 
 // Per call: the rank's time less the group's shortest in that call is its wait; a call where this rank was the

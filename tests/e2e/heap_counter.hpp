@@ -14,8 +14,10 @@
 //    executor, trainer);
 //  - kUnnamed: no named function of ours on the stack (code of ours with internal linkage run from an OpenMP worker,
 //    or a library's own thread).
-// malloc from C code (OpenBLAS, libgomp, MPI's own allocators, oneDNN's buffers) is not operator new and is not
-// counted. CLEAVE_HEAP_TRACE=N prints the call stacks of the first N allocations of each stretch not charged to
+// malloc from C code (OpenBLAS, libgomp, MPI's own allocators, oneDNN's objects and buffers) is not operator new
+// and is not counted there; a binary that also links c_alloc_counter.cpp counts those C allocations (malloc, calloc,
+// realloc, posix_memalign, aligned_alloc, memalign) apart, by the same owners plus kOneDnn: made inside oneDNN
+// outside its execute (dnnl_memory_create's object and storage), read with c_allocations(). CLEAVE_HEAP_TRACE=N prints the call stacks of the first N allocations of each stretch not charged to
 // oneDNN's execute or MPI (stderr; addresses for addr2line).
 //
 // The engine's allocations are also grouped by site: the innermost kSiteDepth frames of ours on the stack (the
@@ -24,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,7 @@ struct Counts {
   std::int64_t unnamed = 0;
   std::int64_t onednn_execute = 0;
   std::int64_t mpi = 0;
+  std::int64_t onednn = 0;  // C allocations only: inside oneDNN, outside its execute
   std::string str() const;
 };
 
@@ -50,6 +54,12 @@ struct Site {
 // Counting between start() and stop() (one stretch at a time).
 void start();
 Counts stop();
+
+// The C allocations of the last stretch (call after stop()), or nullopt in a binary without c_alloc_counter.cpp.
+std::optional<Counts> c_allocations();
+
+// c_alloc_counter.cpp's replaced malloc family calls this for each C allocation (it must not allocate).
+void count_c_allocation();
 
 // The engine's allocations (Counts::engine) of the last stretch by site, the largest first. Call after stop().
 std::vector<Site> sites();

@@ -7,9 +7,10 @@
 // Storage made with make_shared, a string built per layer call or a stash list made afresh each micro-batch fails
 // it. What the other owners, oneDNN's execute and MPI allocate is printed by owner, not asserted (docs/ops.md lists
 // it); the engine's count must be non-zero, so a counter that sees nothing cannot pass. CLEAVE_HEAP_SITES=N prints
-// the largest sites too. C allocations (malloc and kin, c_alloc_counter.cpp) are printed by owner beside them, oneDNN's
-// own outside its execute apart. SteadyStateHeapOps holds the op seam's oneDNN GEMMs, grouped ones with row counts
-// changing every call included, to no operator new of ours and a bounded count of oneDNN memory objects.
+// the largest sites too. C allocations (malloc and kin, c_alloc_counter.cpp) are printed by owner beside them,
+// oneDNN's own outside its execute apart; the kernel layer's are asserted zero. SteadyStateHeapOps holds the op
+// seam's oneDNN GEMMs, grouped ones with row counts changing every call included, to no operator new of ours and a
+// bounded count of oneDNN memory objects.
 // Runs in-process (MPI singleton world of one).
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -164,6 +165,7 @@ TEST_P(SteadyStateHeapTraining, AllocatesNothingOfOurs) {
   std::printf("%s: 3 steps made %s\n", c.name.c_str(), counts.str().c_str());
   if (const std::optional<heap::Counts> c_counts = heap::c_allocations()) {
     std::printf("  and C allocations (malloc and kin): %s\n", c_counts->str().c_str());
+    EXPECT_EQ(c_counts->kernels, 0) << c.name << ": C allocations of 3 steady-state steps: " << c_counts->str();
   }
   std::vector<std::int64_t> by_owner(owners().size() + 1, 0);
   std::vector<std::string> example(owners().size() + 1);
@@ -202,7 +204,8 @@ Tensor filled(const Shape& shape, std::uint64_t seed) {
 // (oneDNN's execute aside: its own, printed), a dense GEMM makes no oneDNN memory object, and a grouped GEMM's
 // group at most two (the ones its new row count changes; OneDnnMatmuls::memory_objects), but for a bindings' first. Fails when the memory
 // objects' C++ wrappers (a shared_ptr each, their descriptors' dims vectors) or a memory object per call come back;
-// the C allocations those objects cost inside oneDNN are printed, not asserted (they are the library's).
+// the C allocations those objects cost inside oneDNN are printed, not asserted (they are the library's); C allocations
+// charged to the kernel layer (a one-thread OpenMP region per call: libgomp mallocs its team) are asserted zero.
 TEST(SteadyStateHeapOps, OneDnnGemmsAllocateNothingOfOursPerCall) {
   if (!kernels::cpu::gemm_backend_built(kernels::cpu::GemmBackend::kOneDnn)) {
     GTEST_SKIP() << "onednn is not built into this cleave";
@@ -259,6 +262,9 @@ TEST(SteadyStateHeapOps, OneDnnGemmsAllocateNothingOfOursPerCall) {
   for (const heap::Counts& counts : {dense_counts, grouped_counts}) {
     EXPECT_EQ(counts.kernels, 0) << counts.str();
     EXPECT_EQ(counts.engine, 0) << counts.str();
+  }
+  for (const std::optional<heap::Counts>& counts : {dense_c, grouped_c}) {
+    if (counts) EXPECT_EQ(counts->kernels, 0) << "C allocations: " << counts->str();  // e.g. an OpenMP team per call
   }
   EXPECT_GT(made, 0u) << "the groups' row counts changed: the counter of memory objects saw nothing";
   // A bindings' first call makes its A, B and C (3): one bindings per primitive and thread of the team, some of which

@@ -3,21 +3,24 @@
 //
 // Single thread: oneDNN (built on OpenMP) sizes a primitive's work split from omp_get_max_threads() when the
 // primitive is created, and may split k over threads (then the bits depend on the thread count). Every call here
-// creates and runs its primitive with the calling task's OpenMP thread count set to 1 (inside a one-thread
-// region when called outside any), so a primitive is always the single-thread one and gemm.cpp's slicing
-// decides the threading, for every library alike.
+// creates and runs its primitive with the calling task's OpenMP thread count set to 1 (outside any region, for the
+// call only), so a primitive is always the single-thread one and gemm.cpp's slicing decides the threading, for
+// every library alike.
 //
 // Primitives are cached by problem (sizes, strides, transposes, alpha, beta, dtypes) in the run's OneDnnMatmuls
 // (onednn_matmuls.hpp), which the caller passes: creating one costs tens of microseconds, as much as a small GEMM.
 // So are the objects a call needs around it (the steady-state rule: no allocation per call): each primitive keeps
-// memory objects whose data handles a call rebinds, each slot a stream and a scratchpad, and the primitive runs
-// through oneDNN's C dnnl_primitive_execute on a fixed argument array.
+// memory objects whose data handles a call rebinds (held by their C handles, their descriptors built in place: no
+// shared_ptr or dims vector of the C++ API), each slot a stream and a user scratchpad (scratchpad_mode::user, sized
+// from the primitive descriptors), and the primitive runs through oneDNN's C dnnl_primitive_execute on a fixed
+// argument array. What execute allocates inside itself (its argument map and execution context) is oneDNN's.
 // A GemmShape::kVarying problem (a grouped GEMM's group) leaves m and k out of its key: its primitive takes them at
 // run time (DNNL_RUNTIME_DIM_VAL), so one primitive serves every row count routing produces. oneDNN 2.6 runs such
 // a primitive on its gemm:jit kernels rather than brgemm (measured per call on the MoE expert shapes, 2-vCPU Zen 4:
 // bf16 1.01-1.06x brgemm's time, f32 0.98-1.01x; an exact primitive costs ~160 us to make, more than such a GEMM),
-// and its bits may
-// differ from the exact primitive's: a kVarying GEMM's bits are a function of its shape, as every GEMM's are.
+// and its bits may differ from the exact primitive's: a kVarying GEMM's bits are a function of its shape, as every
+// GEMM's are. Its memory objects carry the call's m and k, so a call whose sizes differ from its bindings' last
+// remakes them (dnnl_memory_create: oneDNN's own posix_memalign, two per object; nothing of ours).
 // Nothing here is process state.
 #include "cleave/config.hpp"
 #include "engine/core/error.hpp"
@@ -29,13 +32,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
-#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
+#include <utility>
 #include <vector>
 #endif
 
@@ -57,40 +61,80 @@ struct ProblemKey {
   bool operator<(const ProblemKey& o) const { return tie() < o.tie(); }
 };
 
-// A cached primitive's memory objects, for one call at a time: a call rebinds their data handles
-// (set_data_handle) and makes none. A kVarying primitive's A, B and C descriptors carry the call's m and k, so its
-// bindings remake the objects whose sizes changed since their last call (oneDNN 2.x has no call that changes a
-// memory object's descriptor): a grouped GEMM's group allocates when its row count differs from the last one seen.
+// A memory object held by its C handle. dnnl::memory would add a shared_ptr control block (an operator new) per
+// object; a Memory costs only what oneDNN's dnnl_memory_create allocates inside itself (the object and its storage,
+// through its own posix_memalign). Made with no buffer: a call binds its pointer (bind).
+class Memory {
+ public:
+  Memory() = default;
+  Memory(const dnnl_memory_desc_t& md, const dnnl::engine& engine) {
+    dnnl::error::wrap_c_api(dnnl_memory_create(&handle_, &md, engine.get(), nullptr),
+                            "could not create a memory object");
+  }
+  ~Memory() {
+    if (handle_ != nullptr) dnnl_memory_destroy(handle_);
+  }
+  Memory(Memory&& o) noexcept : handle_(std::exchange(o.handle_, nullptr)) {}
+  Memory& operator=(Memory&& o) noexcept {
+    std::swap(handle_, o.handle_);
+    return *this;
+  }
+  Memory(const Memory&) = delete;
+  Memory& operator=(const Memory&) = delete;
+
+  void bind(const void* data) {
+    dnnl::error::wrap_c_api(dnnl_memory_set_data_handle(handle_, const_cast<void*>(data)),
+                            "could not set a memory object's data handle");
+  }
+  dnnl_memory_t get() const { return handle_; }
+
+ private:
+  dnnl_memory_t handle_ = nullptr;
+};
+
+// A cached primitive's memory objects, for one call at a time: a call rebinds their data handles and makes none. A
+// kVarying primitive's A, B and C descriptors carry the call's m and k, so its bindings remake the objects whose
+// sizes changed since their last call (oneDNN 2.x has no call that changes a memory object's descriptor: its md_
+// is const): a grouped GEMM's group then pays oneDNN's dnnl_memory_create (two posix_memalign inside oneDNN per
+// object), and nothing of ours (the descriptors are plain structs, the handles raw).
 struct Bindings {
-  dnnl::memory a, b, c, bias, scratchpad;
+  Memory a, b, c, bias, scratchpad;
   std::int64_t m = -1, k = -1;  // the sizes a, b and c were made for (kVarying; the key's own when kExact)
 };
 
 struct Matmul {
   dnnl::matmul primitive;
-  dnnl::memory::desc a, b, c, bias, scratchpad;
+  dnnl_memory_desc_t a, b, c, bias, scratchpad;
   std::vector<std::unique_ptr<Bindings>> free_bindings;  // those no call is using (under State::mutex)
   std::size_t bindings = 0;                              // made so far (free or in use)
 };
 
-using dims = dnnl::memory::dims;
+// A 2-D descriptor built in place (dnnl::memory::desc takes its dims and strides as std::vectors: two operator new
+// per descriptor).
+dnnl_memory_desc_t plain_desc(std::int64_t rows, std::int64_t cols, dt type, std::int64_t row_stride,
+                              std::int64_t col_stride) {
+  dnnl_memory_desc_t md;
+  const dnnl_dims_t dims = {rows, cols};
+  const dnnl_dims_t strides = {row_stride, col_stride};
+  dnnl::error::wrap_c_api(dnnl_memory_desc_init_by_strides(&md, 2, dims, dnnl::memory::convert_to_c(type), strides),
+                          "could not make a memory descriptor");
+  return md;
+}
 
 // Row-major storage; a transposed operand is the same memory read with swapped strides. m and k may be
 // DNNL_RUNTIME_DIM_VAL (a primitive's descriptors) or the call's sizes (its memory objects).
-dnnl::memory::desc a_desc(const ProblemKey& p, std::int64_t m, std::int64_t k) {
-  return dnnl::memory::desc(dims{m, k}, p.in, p.trans_a ? dims{1, p.lda} : dims{p.lda, 1});
+dnnl_memory_desc_t a_desc(const ProblemKey& p, std::int64_t m, std::int64_t k) {
+  return p.trans_a ? plain_desc(m, k, p.in, 1, p.lda) : plain_desc(m, k, p.in, p.lda, 1);
 }
-dnnl::memory::desc b_desc(const ProblemKey& p, std::int64_t k) {
-  return dnnl::memory::desc(dims{k, p.n}, p.in, p.trans_b ? dims{1, p.ldb} : dims{p.ldb, 1});
+dnnl_memory_desc_t b_desc(const ProblemKey& p, std::int64_t k) {
+  return p.trans_b ? plain_desc(k, p.n, p.in, 1, p.ldb) : plain_desc(k, p.n, p.in, p.ldb, 1);
 }
-dnnl::memory::desc c_desc(const ProblemKey& p, std::int64_t m) {
-  return dnnl::memory::desc(dims{m, p.n}, p.out, dims{p.ldc, 1});
-}
+dnnl_memory_desc_t c_desc(const ProblemKey& p, std::int64_t m) { return plain_desc(m, p.n, p.out, p.ldc, 1); }
 
 Matmul make_matmul(const dnnl::engine& engine, const ProblemKey& p) {
   const bool varying = p.shape == GemmShape::kVarying;
   const std::int64_t m = varying ? DNNL_RUNTIME_DIM_VAL : p.m, k = varying ? DNNL_RUNTIME_DIM_VAL : p.k;
-  const dnnl::memory::desc a = a_desc(p, m, k), b = b_desc(p, k), c = c_desc(p, m);
+  const dnnl_memory_desc_t a = a_desc(p, m, k), b = b_desc(p, k), c = c_desc(p, m);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // each call brings its own (see run_matmul)
   if (p.alpha != 1.0f) attr.set_output_scales(0, {p.alpha});
@@ -99,15 +143,16 @@ Matmul make_matmul(const dnnl::engine& engine, const ProblemKey& p) {
     ops.append_sum(p.beta);
     attr.set_post_ops(ops);
   }
+  using md = dnnl::memory::desc;
   if (p.bias) {
     // oneDNN adds the bias to the f32 accumulator in the kernel's epilogue, before C is converted to its dtype:
     // C = round(A B + bias) in one pass, the same arithmetic as the product in f32 followed by a bias pass.
-    const dnnl::memory::desc bias(dims{1, p.n}, dt::f32, dims{p.n, 1});
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, c), attr, engine);
-    return {dnnl::matmul(pd), a, b, c, bias, pd.scratchpad_desc(), {}, 0};
+    const dnnl_memory_desc_t bias = plain_desc(1, p.n, dt::f32, p.n, 1);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md(a), md(b), md(bias), md(c)), attr, engine);
+    return {dnnl::matmul(pd), a, b, c, bias, pd.scratchpad_desc().data, {}, 0};
   }
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine);
-  return {dnnl::matmul(pd), a, b, c, {}, pd.scratchpad_desc(), {}, 0};
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md(a), md(b), md(c)), attr, engine);
+  return {dnnl::matmul(pd), a, b, c, {}, pd.scratchpad_desc().data, {}, 0};
 }
 
 // What a call holds alone besides its bindings: the stream it executes on (a oneDNN stream serves one thread at a
@@ -121,17 +166,19 @@ using SlotPtr = std::unique_ptr<Slot>;
 
 // Bindings of a kExact primitive, made once with the key's sizes; a kVarying one's A, B and C are made at its
 // first call.
-std::unique_ptr<Bindings> make_bindings(const dnnl::engine& engine, const ProblemKey& key, const Matmul& mm) {
+std::unique_ptr<Bindings> make_bindings(const dnnl::engine& engine, const ProblemKey& key, const Matmul& mm,
+                                        std::atomic<std::size_t>& made) {
   auto out = std::make_unique<Bindings>();
+  made += (key.shape != GemmShape::kVarying ? 3 : 0) + (key.bias ? 1 : 0) + 1;
   if (key.shape != GemmShape::kVarying) {
-    out->a = dnnl::memory(mm.a, engine, nullptr);
-    out->b = dnnl::memory(mm.b, engine, nullptr);
-    out->c = dnnl::memory(mm.c, engine, nullptr);
+    out->a = Memory(mm.a, engine);
+    out->b = Memory(mm.b, engine);
+    out->c = Memory(mm.c, engine);
     out->m = key.m;
     out->k = key.k;
   }
-  if (key.bias) out->bias = dnnl::memory(mm.bias, engine, nullptr);
-  out->scratchpad = dnnl::memory(mm.scratchpad, engine, nullptr);
+  if (key.bias) out->bias = Memory(mm.bias, engine);
+  out->scratchpad = Memory(mm.scratchpad, engine);
   return out;
 }
 
@@ -145,6 +192,7 @@ struct OneDnnMatmuls::State {
   std::vector<SlotPtr> free_slots;     // those no call is using
   std::size_t slots = 0;               // made so far (free or in use)
   std::size_t scratchpad_bytes = 0;    // the largest scratchpad of any cached primitive
+  std::atomic<std::size_t> memory_objects{0};  // made so far (bind_sizes makes them outside the mutex)
 
   // One call's share: the problem's primitive (made on first use), bindings of it and a slot (stream and a
   // scratchpad of scratchpad_bytes), for this call alone. `team`: the calling OpenMP team's size, the most calls that
@@ -162,8 +210,9 @@ struct OneDnnMatmuls::State {
     auto it = cache.find(key);
     if (it == cache.end()) {
       it = cache.emplace(key, make_matmul(engine, key)).first;
-      if (it->second.scratchpad.get_size() > scratchpad_bytes) {
-        scratchpad_bytes = it->second.scratchpad.get_size();
+      const std::size_t bytes = dnnl_memory_desc_get_size(&it->second.scratchpad);
+      if (bytes > scratchpad_bytes) {
+        scratchpad_bytes = bytes;
         for (SlotPtr& free : free_slots) free->scratchpad.resize(scratchpad_bytes);
       }
     }
@@ -176,10 +225,10 @@ struct OneDnnMatmuls::State {
       ++slots;
     }
     for (; mm.bindings < static_cast<std::size_t>(team); ++mm.bindings) {
-      mm.free_bindings.push_back(make_bindings(engine, key, mm));
+      mm.free_bindings.push_back(make_bindings(engine, key, mm, memory_objects));
     }
     if (mm.free_bindings.empty()) {
-      mm.free_bindings.push_back(make_bindings(engine, key, mm));
+      mm.free_bindings.push_back(make_bindings(engine, key, mm, memory_objects));
       ++mm.bindings;
     }
     lease.matmul = &mm;
@@ -215,6 +264,7 @@ std::size_t OneDnnMatmuls::scratchpad_bytes() const {
   std::lock_guard lock(state_->mutex);
   return state_->scratchpad_bytes;
 }
+std::size_t OneDnnMatmuls::memory_objects() const { return state_->memory_objects.load(); }
 
 namespace {
 
@@ -235,11 +285,12 @@ class CallLease {
 };
 
 // A kVarying call's memory objects for its m and k (remade only where they changed since the bindings' last call).
-void bind_sizes(const dnnl::engine& engine, const ProblemKey& key, std::int64_t m, std::int64_t k, Bindings& bind) {
+void bind_sizes(OneDnnMatmuls::State& state, const ProblemKey& key, std::int64_t m, std::int64_t k, Bindings& bind) {
   if (bind.m == m && bind.k == k) return;
-  bind.a = dnnl::memory(a_desc(key, m, k), engine, nullptr);
-  if (bind.k != k) bind.b = dnnl::memory(b_desc(key, k), engine, nullptr);
-  if (bind.m != m) bind.c = dnnl::memory(c_desc(key, m), engine, nullptr);
+  bind.a = Memory(a_desc(key, m, k), state.engine);
+  if (bind.k != k) bind.b = Memory(b_desc(key, k), state.engine);
+  if (bind.m != m) bind.c = Memory(c_desc(key, m), state.engine);
+  state.memory_objects += 1 + (bind.k != k ? 1 : 0) + (bind.m != m ? 1 : 0);
   bind.m = m;
   bind.k = k;
 }
@@ -255,11 +306,11 @@ void run_matmul(OneDnnMatmuls::State& state, const ProblemKey& key, int team, st
   OneDnnMatmuls::State::Lease& lease = call.get();
   state.acquire(key, team, lease);
   Bindings& bind = *lease.bindings;
-  if (key.shape == GemmShape::kVarying) bind_sizes(state.engine, key, m, k, bind);
-  bind.a.set_data_handle(const_cast<void*>(a));
-  bind.b.set_data_handle(const_cast<void*>(b));
-  bind.c.set_data_handle(c);
-  bind.scratchpad.set_data_handle(lease.slot->scratchpad.data());
+  if (key.shape == GemmShape::kVarying) bind_sizes(state, key, m, k, bind);
+  bind.a.bind(a);
+  bind.b.bind(b);
+  bind.c.bind(c);
+  bind.scratchpad.bind(lease.slot->scratchpad.data());
   dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, bind.a.get()},
                              {DNNL_ARG_WEIGHTS, bind.b.get()},
                              {DNNL_ARG_DST, bind.c.get()},
@@ -267,7 +318,7 @@ void run_matmul(OneDnnMatmuls::State& state, const ProblemKey& key, int team, st
                              {DNNL_ARG_BIAS, nullptr}};
   int nargs = 4;
   if (key.bias) {
-    bind.bias.set_data_handle(const_cast<float*>(bias));
+    bind.bias.bind(bias);
     args[nargs++].memory = bind.bias.get();
   }
   dnnl::stream& stream = lease.slot->stream;
@@ -275,6 +326,18 @@ void run_matmul(OneDnnMatmuls::State& state, const ProblemKey& key, int team, st
                           "could not execute a primitive");
   stream.wait();
 }
+
+// Sets the calling thread's OpenMP thread count (its nthreads-var, omp_set_num_threads) for a scope.
+class ThreadsSetting {
+ public:
+  explicit ThreadsSetting(int threads) : previous_(omp_get_max_threads()) { omp_set_num_threads(threads); }
+  ~ThreadsSetting() { omp_set_num_threads(previous_); }
+  ThreadsSetting(const ThreadsSetting&) = delete;
+  ThreadsSetting& operator=(const ThreadsSetting&) = delete;
+
+ private:
+  int previous_;
+};
 
 // Runs the matmul as the single-thread primitive (see the file comment). `problem` holds the call's sizes.
 void run_single_threaded(OneDnnMatmuls& matmuls, const ProblemKey& problem, const void* a, const void* b, void* c,
@@ -290,17 +353,11 @@ void run_single_threaded(OneDnnMatmuls& matmuls, const ProblemKey& problem, cons
       run_matmul(state, key, team, p.m, p.k, a, b, c, bias);
       return;
     }
-    std::exception_ptr failure;
-#pragma omp parallel num_threads(1)
-    {
-      omp_set_num_threads(1);
-      try {
-        run_matmul(state, key, /*team=*/1, p.m, p.k, a, b, c, bias);
-      } catch (...) {
-        failure = std::current_exception();
-      }
-    }
-    if (failure) std::rethrow_exception(failure);
+    // Outside any active region: the calling thread's own setting, set to 1 for the call and put back however it
+    // ends. (A one-thread region, as before, gives oneDNN the same single-thread view, omp_in_parallel() false
+    // included, but libgomp mallocs a team for each one-thread region it starts: a C allocation per call.)
+    const ThreadsSetting one_thread(1);
+    run_matmul(state, key, /*team=*/1, p.m, p.k, a, b, c, bias);
   } catch (const dnnl::error& e) {
     CLEAVE_THROW("gemm: oneDNN matmul failed for {}x{}x{} (trans_a {}, trans_b {}, lda {}, ldb {}, ldc {}, {} shape): "
                  "{}",
@@ -396,6 +453,7 @@ OneDnnMatmuls::~OneDnnMatmuls() = default;
 std::size_t OneDnnMatmuls::primitives() const { return 0; }
 std::size_t OneDnnMatmuls::scratchpads() const { return 0; }
 std::size_t OneDnnMatmuls::scratchpad_bytes() const { return 0; }
+std::size_t OneDnnMatmuls::memory_objects() const { return 0; }
 
 bool onednn_bf16_instructions() { return false; }
 bool onednn_bf16_supported() { return false; }

@@ -15,7 +15,9 @@
 // are and their sizes follow from the calls made, never from their timing, and once a run has seen its shapes (its
 // first step) an exact GEMM allocates nothing of ours (tests/e2e/steady_state_heap_test.cpp; what oneDNN's execute
 // allocates inside itself is its own). A kVarying call remakes the memory objects whose sizes changed since its
-// bindings' last call (oneDNN 2.x cannot change a memory object's descriptor). Thread-safe: the cache, the free
+// bindings' last call (oneDNN 2.x cannot change a memory object's descriptor): nothing of ours allocates then (the
+// descriptors are built in place and the objects held by their C handles), but oneDNN's dnnl_memory_create does
+// (two posix_memalign per object, its own). Thread-safe: the cache, the free
 // slots and bindings are guarded by a mutex; oneDNN primitives may run concurrently. In a build without oneDNN it is
 // empty (its kernels throw "not built").
 #pragma once
@@ -37,6 +39,9 @@ class OneDnnMatmuls {
   std::size_t primitives() const;
   std::size_t scratchpads() const;
   std::size_t scratchpad_bytes() const;
+  // How many oneDNN memory objects its calls have made so far (tests: an exact GEMM's steady state makes none, a
+  // grouped GEMM's group at most two when its row count changed: each costs oneDNN's dnnl_memory_create).
+  std::size_t memory_objects() const;
 
   struct State;  // gemm_onednn.cpp
   State& state() { return *state_; }

@@ -4,7 +4,9 @@
 // remembered in a fixed table (dladdr scans an object's symbols), and a thread's own guard keeps an allocation made
 // while classifying (none expected) from recursing. An engine allocation's site (its innermost frames of ours) is
 // counted in a second fixed table (one with no room left counts it as unsited), named only when sites() is asked,
-// after counting; owners are read from the named sites (by_owner), never while counting.
+// after counting; owners are read from the named sites (by_owner), never while counting. C allocations
+// (c_alloc_counter.cpp, where linked) are charged to classes the same way, in a table of their own; operator new
+// takes its blocks from glibc's __libc_malloc so that they are not counted twice.
 #include "heap_counter.hpp"
 
 #include <cxxabi.h>
@@ -23,14 +25,24 @@
 #include <string_view>
 #include <utility>
 
+// glibc's own allocator, which operator new calls directly: where c_alloc_counter.cpp replaces malloc, the block
+// under an operator new is not counted again as a C allocation.
+extern "C" void* __libc_malloc(std::size_t bytes) noexcept;
+extern "C" void* __libc_memalign(std::size_t align, std::size_t bytes) noexcept;
+// Defined by c_alloc_counter.cpp: null in a binary that does not link it.
+extern "C" __attribute__((weak)) int cleave_c_alloc_counter_linked();
+
 namespace cleave::testing::heap {
 namespace {
 
-enum class Frame : std::uint8_t { kUnknown, kOther, kKernels, kEngine, kOneDnnExecute, kMpi };
-enum Class { kKernels, kEngine, kUnnamed, kOneDnnExecute, kMpi, kUnsited, kClasses };
+enum class Frame : std::uint8_t { kUnknown, kOther, kKernels, kEngine, kOneDnnExecute, kOneDnn, kMpi };
+// kOneDnn: C allocations only (inside oneDNN, outside its execute)
+enum Class { kKernels, kEngine, kUnnamed, kOneDnnExecute, kMpi, kUnsited, kOneDnn, kClasses };
 
 std::atomic<bool> g_armed{false};
 std::atomic<std::int64_t> g_counts[kClasses];
+std::atomic<std::int64_t> g_c_counts[kClasses];  // C allocations (c_alloc_counter.cpp)
+std::atomic<std::int64_t> g_c_trace_left{0};
 std::atomic<std::int64_t> g_trace_left{0};
 thread_local bool t_inside = false;
 
@@ -54,7 +66,9 @@ Frame classify_uncached(void* address) {
     return Frame::kMpi;
   }
   const char* name = info.dli_sname;
+  if (starts(name, "_ZN6cleave7testing4heap")) return Frame::kOther;  // the counter's own frames (count_c_allocation)
   if (name != nullptr && std::strcmp(name, "dnnl_primitive_execute") == 0) return Frame::kOneDnnExecute;
+  if (has(file, "libdnnl")) return Frame::kOneDnn;
   for (const char* kernel : {"_ZN6cleave7kernels", "_ZNK6cleave7kernels", "_ZN6cleave3ops10cpu_detail",
                              "_ZNK6cleave3ops10cpu_detail"}) {
     if (starts(name, kernel)) return Frame::kKernels;
@@ -150,6 +164,32 @@ Class class_of(void* const* frames, int n) {
   return kUnnamed;
 }
 
+// A C allocation's class: as class_of, but one made in oneDNN (a libdnnl frame before any of ours) outside its
+// execute is oneDNN's own (kOneDnn).
+Class c_class_of(void* const* frames, int n) {
+  bool in_onednn = false;
+  for (int i = 0; i < n; ++i) {
+    const Frame f = classify(frames[i]);
+    if (f == Frame::kOneDnnExecute) return kOneDnnExecute;
+    if (f == Frame::kMpi) return kMpi;
+    if (f == Frame::kOneDnn) in_onednn = true;
+    if (f == Frame::kKernels || f == Frame::kEngine) {
+      if (in_onednn) return kOneDnn;
+      return f == Frame::kKernels ? kKernels : kEngine;
+    }
+  }
+  return in_onednn ? kOneDnn : kUnnamed;
+}
+
+void trace(const char* what, void* const* frames, int n) {
+  char line[64];
+  const int len = std::snprintf(line, sizeof line, "--- %s\n", what);
+  if (write(2, line, static_cast<std::size_t>(len)) < 0) {
+    // nothing to do: tracing is best effort
+  }
+  backtrace_symbols_fd(frames, n, 2);
+}
+
 void count(std::size_t bytes) {
   if (!g_armed.load(std::memory_order_relaxed) || t_inside) return;
   t_inside = true;
@@ -159,21 +199,34 @@ void count(std::size_t bytes) {
   g_counts[cls].fetch_add(1, std::memory_order_relaxed);
   if (cls == kEngine) count_site(frames, n);
   if (cls != kOneDnnExecute && cls != kMpi && g_trace_left.fetch_sub(1, std::memory_order_relaxed) > 0) {
-    char line[64];
-    const int len = std::snprintf(line, sizeof line, "--- allocation of %zu bytes\n", bytes);
-    if (write(2, line, static_cast<std::size_t>(len)) < 0) {
-      // nothing to do: tracing is best effort
-    }
-    backtrace_symbols_fd(frames, n, 2);
+    char what[64];
+    std::snprintf(what, sizeof what, "allocation of %zu bytes", bytes);
+    trace(what, frames, n);
   }
   t_inside = false;
 }
 
+}  // namespace
+
+void count_c_allocation() {
+  if (!g_armed.load(std::memory_order_relaxed) || t_inside) return;
+  t_inside = true;
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  const Class cls = c_class_of(frames, n);
+  g_c_counts[cls].fetch_add(1, std::memory_order_relaxed);
+  if ((cls == kKernels || cls == kOneDnn) && g_c_trace_left.fetch_sub(1, std::memory_order_relaxed) > 0) {
+    trace(cls == kOneDnn ? "C allocation inside oneDNN" : "C allocation in the kernel layer", frames, n);
+  }
+  t_inside = false;
+}
+
+namespace {
+
 void* allocate(std::size_t bytes, std::size_t align) {
   count(bytes);
   if (bytes == 0) bytes = 1;
-  return align <= alignof(std::max_align_t) ? std::malloc(bytes)
-                                            : std::aligned_alloc(align, (bytes + align - 1) / align * align);
+  return align <= alignof(std::max_align_t) ? __libc_malloc(bytes) : __libc_memalign(align, bytes);
 }
 
 }  // namespace
@@ -181,6 +234,7 @@ void* allocate(std::size_t bytes, std::size_t align) {
 std::string Counts::str() const {
   return std::to_string(kernels) + " in the kernel layer, " + std::to_string(engine) + " elsewhere in the engine, " +
          std::to_string(unnamed) + " unnamed, " + std::to_string(onednn_execute) + " inside oneDNN's execute, " +
+         (onednn != 0 ? std::to_string(onednn) + " inside oneDNN outside its execute, " : std::string()) +
          std::to_string(mpi) + " inside MPI" + (unsited > 0 ? ", " + std::to_string(unsited) + " unsited" : "");
 }
 
@@ -208,6 +262,9 @@ std::vector<Site> sites() {
 
 void start() {
   for (auto& c : g_counts) c.store(0);
+  for (auto& c : g_c_counts) c.store(0);
+  const char* c_trace = std::getenv("CLEAVE_HEAP_TRACE_C");
+  g_c_trace_left.store(c_trace != nullptr ? std::atoll(c_trace) : 0);
   for (SiteSlot& s : g_sites) s = SiteSlot{};
   const char* trace = std::getenv("CLEAVE_HEAP_TRACE");
   g_trace_left.store(trace != nullptr ? std::atoll(trace) : 0);
@@ -220,6 +277,14 @@ Counts stop() {
   g_armed.store(false);
   return Counts{g_counts[kKernels].load(), g_counts[kEngine].load(),        g_counts[kUnnamed].load(),
                 g_counts[kOneDnnExecute].load(), g_counts[kMpi].load(), g_counts[kUnsited].load()};
+}
+
+std::optional<Counts> c_allocations() {
+  if (cleave_c_alloc_counter_linked == nullptr) return std::nullopt;
+  Counts c{g_c_counts[kKernels].load(), g_c_counts[kEngine].load(), g_c_counts[kUnnamed].load(),
+           g_c_counts[kOneDnnExecute].load(), g_c_counts[kMpi].load()};
+  c.onednn = g_c_counts[kOneDnn].load();
+  return c;
 }
 
 __attribute__((noinline)) void probe() {

@@ -17,8 +17,11 @@
 //    or a library's own thread).
 // The engine's allocations are then grouped by site (the innermost kSiteDepth frames of ours on the stack), and a
 // test's table of owners charges each site to the first owner one of its frames names, innermost frame first
-// (by_owner). malloc from C code (OpenBLAS, libgomp, MPI's own allocators, oneDNN's buffers) is not operator new and
-// is not counted. probe() makes one allocation of ours at a known site, so a test can show that the counter sees
+// (by_owner). malloc from C code (OpenBLAS, libgomp, MPI's own allocators, oneDNN's objects and buffers) is not
+// operator new and is not counted there; a binary that also links c_alloc_counter.cpp counts those C allocations
+// (malloc, calloc, realloc, posix_memalign, aligned_alloc, memalign) apart, by the same classes plus oneDNN's own
+// (made inside oneDNN outside its execute: dnnl_memory_create's object and storage), read with c_allocations()
+// (CLEAVE_HEAP_TRACE_C=N traces the first N of the kernel layer's and oneDNN's). probe() makes one allocation of ours at a known site, so a test can show that the counter sees
 // and names what is made while it counts (a counter that sees nothing cannot pass). Environment:
 // CLEAVE_HEAP_TRACE=N prints the call stacks of the first N allocations of each stretch not charged to oneDNN's
 // execute or MPI (stderr; addresses for addr2line); CLEAVE_HEAP_SITES=N prints the N largest sites
@@ -26,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +42,7 @@ struct Counts {
   std::int64_t onednn_execute = 0;
   std::int64_t mpi = 0;
   std::int64_t unsited = 0;  // engine allocations the site table had no room for (a test asserts none)
+  std::int64_t onednn = 0;   // C allocations only: inside oneDNN, outside its execute
   std::string str() const;
 };
 
@@ -52,6 +57,12 @@ struct Site {
 // Counting between start() and stop() (one stretch at a time).
 void start();
 Counts stop();
+
+// The C allocations of the last stretch (call after stop()), or nullopt in a binary without c_alloc_counter.cpp.
+std::optional<Counts> c_allocations();
+
+// c_alloc_counter.cpp's replaced malloc family calls this for each C allocation (it must not allocate).
+void count_c_allocation();
 
 // The engine's allocations (Counts::engine) of the last stretch by site, the largest first. Call after stop().
 std::vector<Site> sites();

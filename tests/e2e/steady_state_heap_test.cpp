@@ -255,7 +255,9 @@ TEST(SteadyStateHeapOps, OneDnnGemmsAllocateNothingOfOursPerCall) {
     EXPECT_EQ(counts.engine, 0) << counts.str();
   }
   for (const std::optional<heap::Counts>& counts : {dense_c, grouped_c}) {
-    if (counts) EXPECT_EQ(counts->kernels, 0) << "C allocations: " << counts->str();  // e.g. an OpenMP team per call
+    if (counts) {
+      EXPECT_EQ(counts->kernels, 0) << "C allocations: " << counts->str();  // e.g. an OpenMP team per call
+    }
   }
   EXPECT_GT(made, 0u) << "the groups' row counts changed: the counter of memory objects saw nothing";
   // A bindings' first call makes its A, B and C (3): one bindings per primitive and thread of the team, some of which

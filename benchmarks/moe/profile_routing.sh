@@ -33,7 +33,7 @@ for model in example d256; do
     mpiexec -n "$ranks" "$cleave" profile "$out/$model.json" --out "$prof" --world "$ranks" --tp 1 \
       --micro-batches "$micro" --rounds "$rounds" --set parallel.data_parallel_size="$ranks" < /dev/null \
       > "$out/$model-np$ranks.log" 2>&1 || { tail "$out/$model-np$ranks.log"; exit 1; }
-    grep -i "routed\|expert" "$out/$model-np$ranks.log" | head -4 || true
+    grep -i -m4 "routed\|expert" "$out/$model-np$ranks.log" || true
     if [ "$ranks" = 1 ]; then layouts="dp1"; else layouts="dp2 ep2"; fi
     for layout in $layouts; do
       sets=(--set parallel.data_parallel_size="$ranks")

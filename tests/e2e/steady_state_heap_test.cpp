@@ -4,8 +4,8 @@
 // allocation in the kernel layer (heap_counter.hpp: global operator new, charged by call stack) and, on GPT and
 // Llama, none in the engine at all: the count is exactly the counter's probe (one allocation made on purpose while
 // counting, so a counter that sees nothing cannot pass). On MoE (softmax; sigmoid with a moving bias, the z loss and
-// a gated shared expert) every owner is asserted (owners() below): zero, the router metrics at their bound (the
-// step's returned fields), tensor storage printed (the experts' rows follow the routing, so a size not cached yet
+// a gated shared expert) every owner is asserted (owners() below) zero, the router metrics' step fields included
+// (rewritten in place, StepStats::routing a view of them); tensor storage printed (the experts' rows follow the routing, so a size not cached yet
 // takes a new block); oneDNN's execute is printed, not asserted. A per-GEMM allocation, a Storage made with
 // make_shared, a string built per layer call, a stash list or an executor map node made afresh each micro-batch, a
 // trainer's vector per step fails it. CLEAVE_HEAP_SITES=N prints the largest sites too.

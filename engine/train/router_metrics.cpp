@@ -115,8 +115,9 @@ class FieldWriter {
     std::array<char, 96> name{};
     const auto written = fmt::format_to_n(name.data(), name.size(), format, std::forward<Args>(args)...);
     const std::string_view view(name.data(), std::min(written.size, name.size()));
-    if (count_ == out_.size()) out_.emplace_back(std::string(view), value);
-    else {
+    if (count_ == out_.size()) {
+      out_.emplace_back(std::string(view), value);
+    } else {
       out_[count_].first.assign(view);
       out_[count_].second = value;
     }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <span>
+#include <string_view>
 
 #include "engine/core/error.hpp"
 #include "engine/train/collectives.hpp"
@@ -104,10 +105,36 @@ void pack_log(const layers::RouterLog& log, const std::vector<std::string>& bloc
   }
 }
 
-// The fields from the world's sum (metric names and meanings: router_metrics.hpp); none when nothing was routed.
-// `tokens` is scratch (capacity kept by the caller); the list is reserved at its length, one allocation.
-std::vector<std::pair<std::string, double>> metric_fields(const std::vector<double>& sum, const PackedLayout& at,
-                                                          std::vector<double>& tokens) {
+// Writes the fields list in place: entry `at` of `out` becomes (the formatted name, value), reusing the entry's
+// string (no allocation once it has held a name this long) and growing the list only past its end.
+class FieldWriter {
+ public:
+  explicit FieldWriter(std::vector<std::pair<std::string, double>>& out) : out_(out) {}
+  template <typename... Args>
+  void add(double value, fmt::format_string<Args...> format, Args&&... args) {
+    std::array<char, 96> name{};
+    const auto written = fmt::format_to_n(name.data(), name.size(), format, std::forward<Args>(args)...);
+    const std::string_view view(name.data(), std::min(written.size, name.size()));
+    if (count_ == out_.size()) {
+      out_.emplace_back(std::string(view), value);
+    } else {
+      out_[count_].first.assign(view);
+      out_[count_].second = value;
+    }
+    ++count_;
+  }
+  // Drops the entries past the last one written.
+  void end() { out_.resize(count_); }
+
+ private:
+  std::vector<std::pair<std::string, double>>& out_;
+  std::size_t count_ = 0;
+};
+
+// The fields from the world's sum into `out` (metric names and meanings: router_metrics.hpp); none when nothing was
+// routed. `tokens` is scratch; both kept by the caller from step to step, so a warm step allocates nothing here.
+void metric_fields(const std::vector<double>& sum, const PackedLayout& at, std::vector<double>& tokens,
+                   std::vector<std::pair<std::string, double>>& out) {
   double aux = 0, z = 0, imbalance = 0, micro = 0;
   tokens.assign(at.e, 0.0);
   for (std::size_t i = 0; i < at.blocks; ++i) {
@@ -123,34 +150,36 @@ std::vector<std::pair<std::string, double>> metric_fields(const std::vector<doub
     z += sum[at.z(i)];
     micro = std::max(micro, sum[at.micro_batches(i)]);
   }
-  std::vector<std::pair<std::string, double>> out;
-  if (micro == 0) return out;  // nothing routed (no training step ran a backward)
-  out.reserve(3 + at.e + (at.moved() > 0 ? at.blocks * at.moved() + 2 + 2 * layers::kNumAllToAllKinds : 0));
-  out.emplace_back("moe_aux_loss", aux / micro);
-  if (z != 0) out.emplace_back("moe_z_loss", z / micro);
-  out.emplace_back("moe_load_imbalance", imbalance / static_cast<double>(at.blocks));
-  for (std::size_t x = 0; x < at.e; ++x) out.emplace_back(fmt::format("moe_tokens_e{}", x), tokens[x]);
+  FieldWriter w(out);
+  if (micro == 0) {  // nothing routed (no training step ran a backward)
+    w.end();
+    return;
+  }
+  w.add(aux / micro, "moe_aux_loss");
+  if (z != 0) w.add(z / micro, "moe_z_loss");
+  w.add(imbalance / static_cast<double>(at.blocks), "moe_load_imbalance");
+  for (std::size_t x = 0; x < at.e; ++x) w.add(tokens[x], "moe_tokens_e{}", x);
   for (std::size_t i = 0; at.moved() > 0 && i < at.blocks; ++i) {
     for (std::size_t src = 0; src < at.ep; ++src) {
       for (std::size_t d = 0; d < at.ep; ++d) {
-        out.emplace_back(fmt::format("moe_ep_rows_b{}_s{}_d{}", i, src, d), sum[at.rows(i, src, d)]);
-        out.emplace_back(fmt::format("moe_ep_bytes_b{}_s{}_d{}", i, src, d), sum[at.bytes(i, src, d)]);
+        w.add(sum[at.rows(i, src, d)], "moe_ep_rows_b{}_s{}_d{}", i, src, d);
+        w.add(sum[at.bytes(i, src, d)], "moe_ep_bytes_b{}_s{}_d{}", i, src, d);
       }
     }
   }
   if (at.moved() > 0 && sum[at.contributors()] > 0) {
     const double per_rank = 1e3 / sum[at.contributors()];
-    out.emplace_back("moe_ep_all_to_all_ms", per_rank * sum[at.all_to_all_s()]);
+    w.add(per_rank * sum[at.all_to_all_s()], "moe_ep_all_to_all_ms");
     double wait = 0;
     for (std::size_t k = 0; k < layers::kNumAllToAllKinds; ++k) {
-      const std::string name(layers::all_to_all_kind_name(static_cast<layers::AllToAllKind>(k)));
-      out.emplace_back(fmt::format("moe_ep_{}_ms", name), per_rank * sum[at.kind_s(k)]);
-      out.emplace_back(fmt::format("moe_ep_{}_wait_ms", name), per_rank * sum[at.kind_wait_s(k)]);
+      const std::string_view name = layers::all_to_all_kind_name(static_cast<layers::AllToAllKind>(k));
+      w.add(per_rank * sum[at.kind_s(k)], "moe_ep_{}_ms", name);
+      w.add(per_rank * sum[at.kind_wait_s(k)], "moe_ep_{}_wait_ms", name);
       wait += sum[at.kind_wait_s(k)];
     }
-    out.emplace_back("moe_ep_all_to_all_wait_ms", per_rank * wait);
+    w.add(per_rank * wait, "moe_ep_all_to_all_wait_ms");
   }
-  return out;
+  w.end();
 }
 
 }  // namespace
@@ -167,9 +196,9 @@ AllToAllSplit split_all_to_alls(const std::vector<layers::AllToAllCall>& calls, 
   return split;
 }
 
-std::vector<std::pair<std::string, double>> RouterMetrics::finish(comm::Communicator& world, int tp_rank,
-                                                                  const ops::Context& ctx, int ep_size,
-                                                                  int ep_rank, comm::Communicator* ep) {
+std::span<const std::pair<std::string, double>> RouterMetrics::finish(comm::Communicator& world, int tp_rank,
+                                                                      const ops::Context& ctx, int ep_size,
+                                                                      int ep_rank, comm::Communicator* ep) {
   if (!active()) return {};
   const PackedLayout at{blocks_.size(), static_cast<std::size_t>(experts_), static_cast<std::size_t>(ep_size)};
   shortest_over_group(log_.calls(), ep, shortest_);
@@ -186,7 +215,8 @@ std::vector<std::pair<std::string, double>> RouterMetrics::finish(comm::Communic
     if (b == nullptr || b->bias == nullptr || b->bias_update_rate <= 0) continue;
     move_bias(*b->bias, std::span<const double>(sum_).subspan(at.count(i, 0), at.e), b->bias_update_rate, ctx);
   }
-  return metric_fields(sum_, at, tokens_);
+  metric_fields(sum_, at, tokens_, fields_);
+  return fields_;
 }
 
 std::string router_progress(const std::vector<std::pair<std::string, double>>& fields) {

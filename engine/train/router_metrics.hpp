@@ -26,6 +26,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,25 +46,28 @@ class RouterMetrics {
   layers::RouterLog& log() { return log_; }
 
   void begin_step() { log_.clear(); }
-  // Sums the logs over `world` (collective when active) and returns the fields; counts only on tp rank 0. Then
+  // Sums the logs over `world` (collective when active) and returns the fields, kept here and valid until the next
+  // finish (a warm step's finish allocates nothing: the list and its names are rewritten in place); counts only on
+  // tp rank 0. Then
   // moves every selection bias this rank holds (RouterLog::note_bias) by its rate against the block's global
   // load of the step: b_e += rate · sign(mean - count_e) (DeepSeek-V3), the same on every rank holding it, and
   // refreshes its working copy. Call it after the optimizer step.
   // ep_size, ep_rank: this rank's place in its ep group (the moe_ep_* fields when ep_size > 1); `ep`: the group
   // (collective over it too, when it has 2 ranks or more and the step timed an all-to-all; null: no wait is told
   // apart, every wait field 0).
-  std::vector<std::pair<std::string, double>> finish(comm::Communicator& world, int tp_rank, const ops::Context& ctx,
-                                                     int ep_size = 1, int ep_rank = 0,
-                                                     comm::Communicator* ep = nullptr);
+  std::span<const std::pair<std::string, double>> finish(comm::Communicator& world, int tp_rank,
+                                                         const ops::Context& ctx, int ep_size = 1, int ep_rank = 0,
+                                                         comm::Communicator* ep = nullptr);
 
  private:
   std::vector<std::string> blocks_;
   std::int64_t experts_ = 0;
   layers::RouterLog log_;
   std::vector<double> shortest_;  // the ep group's shortest time per all-to-all call of the step (finish)
-  // finish's packed contribution, the world's sum and the tokens per expert, kept from step to step: the returned
-  // fields (the step's StepStats owns them) are the only allocations of a finish once warm.
+  // finish's packed contribution, the world's sum, the tokens per expert and the fields it returns, kept from step
+  // to step: a finish allocates nothing once warm.
   std::vector<double> mine_, sum_, tokens_;
+  std::vector<std::pair<std::string, double>> fields_;
 };
 
 // Per kind of all-to-all (layers::AllToAllKind), a rank's seconds in the step's calls of that kind and, of them, the

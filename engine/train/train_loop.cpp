@@ -196,7 +196,7 @@ StepMetrics metrics_row(const StepStats& stats) {
   m.mfu = stats.mfu;
   m.step_ms = stats.step_ms;
   m.peak_bytes = stats.peak_bytes;
-  m.extra = stats.routing;
+  m.extra.assign(stats.routing.begin(), stats.routing.end());
   return m;
 }
 
@@ -240,6 +240,7 @@ TrainSummary run_steps(Trainer& trainer, Trainer::Impl& impl, const StartPoint& 
   for (std::int64_t step = start.step; step < cfg.train.steps; ++step) {
     const StepStats stats = trainer.step(step);
     summary.steps.push_back(stats);
+    summary.steps.back().routing = {};  // the trainer's, valid until its next step (StepStats::routing)
     if (impl.committed_in_step && reports) {
       out.interrupt();
       log::info("checkpoint: step {} committed; the step loop waited {:.1f} ms for it", impl.committed_in_step->first,

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,8 +51,9 @@ struct StepStats {
   int overlapped_pairs = 0;      // parallel.moe_a2a_overlap: F&B pairs this rank ran interleaved this step
   int pair_hand_overs = 0;       // baton passes inside them (pipeline/overlap_pair.hpp)
   std::int64_t dp_grad_bytes = 0;  // bytes this rank's data-parallel gradient collectives carried (0 without dp)
-  // Mixture-of-experts models: the routing fields of the step (engine/train/router_metrics.hpp), on every rank.
-  std::vector<std::pair<std::string, double>> routing;
+  // Mixture-of-experts models: the routing fields of the step (engine/train/router_metrics.hpp), on every rank. The
+  // trainer keeps them: valid until its next step() (copy them to keep them longer); TrainSummary's steps hold none.
+  std::span<const std::pair<std::string, double>> routing;
   bool stop_requested = false;     // some rank received the save-and-stop signal (stop_request.hpp) by this step
 };
 

@@ -30,9 +30,14 @@ std::int64_t DispatchPlan::first_row_from(int p) const {
 }
 
 DispatchPlan plan_dispatch(std::span<const std::int64_t> counts, Context& ctx) {
+  DispatchPlan plan;
+  plan_dispatch_into(counts, ctx, plan);
+  return plan;
+}
+
+void plan_dispatch_into(std::span<const std::int64_t> counts, Context& ctx, DispatchPlan& plan) {
   CLEAVE_ASSERT(ctx.ep_comm != nullptr, "plan_dispatch without an ep communicator");
   comm::Communicator& ep = *ctx.ep_comm;
-  DispatchPlan plan;
   plan.ep_size = ep.size();
   plan.ep_rank = ep.rank();
   const auto e = static_cast<std::int64_t>(counts.size());
@@ -69,7 +74,6 @@ DispatchPlan plan_dispatch(std::span<const std::int64_t> counts, Context& ctx) {
                   i / plan.local_experts);
     plan.recv_rows[static_cast<std::size_t>(i / plan.local_experts)] += plan.recv_counts[static_cast<std::size_t>(i)];
   }
-  return plan;
 }
 
 Tensor plan_to_tensor(const DispatchPlan& plan) {

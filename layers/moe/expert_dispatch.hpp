@@ -47,6 +47,9 @@ struct DispatchPlan {
 // The plan of one micro-batch from this rank's routing counts [E] (tokens per expert, routed-row order):
 // exchanges the per-expert counts over ctx.ep_comm (blocking). Collective over the ep group.
 DispatchPlan plan_dispatch(std::span<const std::int64_t> counts, Context& ctx);
+// The same into `plan` (its vectors' capacity kept: a layer plans every micro-batch into one, no allocation of its
+// own once warm).
+void plan_dispatch_into(std::span<const std::int64_t> counts, Context& ctx, DispatchPlan& plan);
 
 // The plan again from a stash (serialise / deserialise: the backward reuses the forward's without exchanging).
 Tensor plan_to_tensor(const DispatchPlan& plan);

@@ -163,12 +163,12 @@ void apply_balance(Routing& routing, const Stash& stash, const RouterOptions& ro
 Tensor rows_of(const Tensor& t) { return t.view(Shape{t.numel() / t.shape().last(), t.shape().last()}); }
 
 // Under ep: dispatch_rows or combine_rows inside the all-to-all timers (the router log's exposed all-to-all time and
-// --explain's expert_all_to_all row).
+// --explain's expert_all_to_all row). `plan`: the micro-batch's (the layer's host_.plan, read back by blocks_of).
 Tensor timed_exchange(Tensor (*exchange)(const Tensor&, const DispatchPlan&, Context&), const Tensor& rows,
-                      const Tensor& plan_tensor, const std::string& block, AllToAllKind kind, Context& ctx) {
+                      const DispatchPlan& plan, const std::string& block, AllToAllKind kind, Context& ctx) {
   const AllToAllTimer timer(ctx, block, kind);
   const CommWaitTimer wait_timer(ctx, CommKind::kExpertAllToAll);
-  return exchange(rows, plan_from_tensor(plan_tensor), ctx);
+  return exchange(rows, plan, ctx);
 }
 
 // Sequence parallelism: which of the n routed rows of `full` (all-gathered, t tokens per sample) are this tp rank's
@@ -308,19 +308,18 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
     // dispatch only (docs/cuda.md, "Wait timing"). A GPU only: CPU work has finished when its call returns.
     if (!ctx.device.is_cpu()) ops::synchronize(ctx);
     const CommWaitTimer wait_timer(ctx, CommKind::kExpertAllToAll);  // --explain's expert_all_to_all row
-    DispatchPlan plan;
     {  // the router log times the two apart: the count exchange meets the peers first
       const AllToAllTimer timer(ctx, block_, AllToAllKind::kCountExchange);
-      plan = plan_dispatch(routing.counts, ctx);
+      plan_dispatch_into(routing.counts, ctx, host_.plan);
     }
-    plan_tensor = plan_to_tensor(plan);
+    plan_tensor = plan_to_tensor(host_.plan);
     const AllToAllTimer timer(ctx, block_, AllToAllKind::kDispatch);
-    xp = dispatch_rows(xp, plan, ctx);
+    xp = dispatch_rows(xp, host_.plan, ctx);
   }
   const Blocks& blocks = blocks_of(routing.counts, plan_tensor);
   ExpertActivations act = experts_forward(ctx, xp, blocks);
   // Under ep, back into this rank's routed-row layout (the experts' output rows are released here).
-  if (ep) act.o = timed_exchange(combine_rows, act.o, plan_tensor, block_, AllToAllKind::kCombine, ctx);
+  if (ep) act.o = timed_exchange(combine_rows, act.o, host_.plan, block_, AllToAllKind::kCombine, ctx);
   Tensor y_full = new_activation(ctx, full.shape());
   ops::moe_combine(ctx, act.o, up.token_row, up.weight, rows_of(y_full));
   Tensor y = reduce_over_tp(y_full, sp, ctx);
@@ -358,9 +357,9 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   // The experts, backwards (under ep: the output gradients travel to the experts' ranks, the input gradients back).
   Tensor d_o = new_activation(ctx, Shape{r, d_});
   ops::moe_gather(ctx, dyf, stash.tensors[kRowToken], stash.tensors[kRowWeight], d_o);
-  if (ep) d_o = timed_exchange(dispatch_rows, d_o, plan_tensor, block_, AllToAllKind::kDispatchGrad, ctx);
+  if (ep) d_o = timed_exchange(dispatch_rows, d_o, host_.plan, block_, AllToAllKind::kDispatchGrad, ctx);
   ExpertGrads grads = experts_backward(ctx, d_o, stash.tensors[kG], stash.tensors[kU], blocks);
-  if (ep) grads.dxp = timed_exchange(combine_rows, grads.dxp, plan_tensor, block_, AllToAllKind::kCombineGrad, ctx);
+  if (ep) grads.dxp = timed_exchange(combine_rows, grads.dxp, host_.plan, block_, AllToAllKind::kCombineGrad, ctx);
   Tensor dx_full = new_activation(ctx, full.shape());
   ops::moe_combine(ctx, grads.dxp, stash.tensors[kTokenRow], Tensor(), rows_of(dx_full));
 

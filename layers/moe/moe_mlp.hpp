@@ -149,7 +149,7 @@ class MoeMlp final : public Layer {
     RouterWorkspace router;
     std::vector<float> logits, bias;    // a host tensor's values read as f32 when it is not f32 (a bf16 bias)
     std::vector<std::int64_t> counts;   // backward_weight: the stashed counts read back
-    DispatchPlan plan;                  // ep: the stashed plan read back
+    DispatchPlan plan;                  // ep: the forward's plan (plan_dispatch_into), the stashed plan read back
     Blocks blocks;
   };
   HostWorkspace host_;

@@ -4,8 +4,8 @@
 // allocation in the kernel layer (heap_counter.hpp: global operator new, charged by call stack) and, on GPT and
 // Llama, none in the engine at all: the count is exactly the counter's probe (one allocation made on purpose while
 // counting, so a counter that sees nothing cannot pass). On MoE (softmax; sigmoid with a moving bias, the z loss and
-// a gated shared expert) every owner is asserted (owners() below): zero, the router metrics at their bound (the
-// step's returned fields), tensor storage printed (the experts' rows follow the routing, so a size not cached yet
+// a gated shared expert) every owner is asserted (owners() below) zero, the router metrics' step fields included
+// (rewritten in place, StepStats::routing a view of them); tensor storage printed (the experts' rows follow the routing, so a size not cached yet
 // takes a new block); oneDNN's execute is printed, not asserted. A per-GEMM allocation, a Storage made with
 // make_shared, a string built per layer call, a stash list or an executor map node made afresh each micro-batch, a
 // trainer's vector per step fails it. CLEAVE_HEAP_SITES=N prints the largest sites too.
@@ -105,10 +105,6 @@ std::vector<Case> training_cases() {
 // innermost frame first; a tensor made in a layer is the storage's, a vector the optimizer builds the optimizer's).
 // Held owners (Hold::kAlways) were brought to zero (or their per-step bound) in a steady-state step on one rank, the
 // multi-rank ones also in steady_state_heap_mpi_test.cpp; kWithoutMoe ones are held on the dense models only.
-// The router metrics' step fields (RouterMetrics::finish): the returned list and its one name past std::string's
-// in-place buffer ("moe_load_imbalance"; the per-expert names fit while E < 100 000): the step's StepStats owns
-// them, so they are made per step by design.
-constexpr int kRouterMetricsPerStep = 2;
 
 const std::vector<heap::Owner>& owners() {
   using heap::Hold;
@@ -117,7 +113,7 @@ const std::vector<heap::Owner>& owners() {
       {"optimizer (unique_params, norm, clipping)", {"cleave::optim::"}, Hold::kAlways},
       {"communicators", {"cleave::comm::"}, Hold::kAlways},
       {"context parallelism's CpLayout", {"CpLayout::"}, Hold::kAlways},
-      {"router metrics (the step's fields)", {"RouterMetrics"}, Hold::kAlways, kRouterMetricsPerStep},
+      {"router metrics (the step's fields, rewritten in place)", {"RouterMetrics"}, Hold::kAlways},
       {"expert dispatch", {"expert_dispatch", "ExpertDispatch", "plan_from_tensor", "plan_to_tensor"}, Hold::kAlways},
       // MoE: the experts' rows follow the routing, so a size not cached yet still takes a new block and node.
       {"tensor storage and the allocator's cache", {"cleave::Allocator::", "cleave::StoragePool"}, Hold::kWithoutMoe},

@@ -6,7 +6,10 @@
 // and y, z <= 65535, dynamic shared memory within the 48 KiB a launch gets without opting in. Also: the grids that
 // do not stride cover their work (column tiles cover every column, one partial per row chunk; attention's blocks
 // every row, key, head and sample), the MoE weight gradient's tiles, and the workspaces the launchers' callers
-// allocate hold what those grids write (bias, layernorm, rmsnorm, sum of squares).
+// allocate hold what those grids write (bias, layernorm, rmsnorm, sum of squares). And empty problems (an expert
+// parallel rank that receives no tokens, an empty chunk) launch nothing: a grid computed from a zero size is illegal
+// (or a kernel over null pointers), and without a GPU any launch returns an error, so cudaSuccess here means the
+// launcher returned before CUDA.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -14,6 +17,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/core/error.hpp"
@@ -22,6 +26,7 @@
 #include "kernels/cuda/flash_attention.hpp"
 #include "kernels/cuda/launch_config.hpp"
 #include "kernels/cuda/layernorm.hpp"
+#include "kernels/cuda/moe.hpp"
 #include "kernels/cuda/rmsnorm.hpp"
 
 namespace cleave::testing {
@@ -248,6 +253,79 @@ TEST(CudaLaunchConfig, ColumnTilesCoverTheMatrixAndFitTheirWorkspace) {
     EXPECT_EQ(kc::rmsnorm_backward_weight_workspace_size(rows, cols), floats);
     EXPECT_EQ(kc::layernorm_backward_weight_workspace_size(rows, cols), 2 * floats);  // gamma and beta partials
     EXPECT_EQ(kc::detail::column_reduction_chunks(rows), chunks);
+  }
+}
+
+// Empty problems make no CUDA call: the MoE routing ops on 0 tokens, 0 routed slots or width 0 (a rank that receives
+// no rows), copy_3d with a zero extent, attention over 0 rows or samples, and the column reductions over 0 rows or
+// columns (whose grids column_partial would compute as 0 blocks). Null pointers and the null stream: a launch would
+// fail here (no device) and on a GPU (an empty grid, or null operands), so cudaSuccess says none happened.
+TEST(CudaLaunchConfig, EmptyProblemsLaunchNothing) {
+  namespace d = kc::detail;
+  const kc::ConstFloats none_in(nullptr);
+  const kc::Floats none_out(nullptr);
+  const kc::ConstFloats bf16_in(nullptr, kc::FloatType::kBF16);
+  for (int64_t d_model : {int64_t{0}, int64_t{768}}) {
+    SCOPED_TRACE("width " + std::to_string(d_model));
+    EXPECT_EQ(d::launch_moe_gather(none_in, nullptr, nullptr, none_out, 0, d_model, nullptr), cudaSuccess);
+    EXPECT_EQ(d::launch_moe_combine(bf16_in, nullptr, nullptr, none_out, 0, 2, d_model, nullptr), cudaSuccess);
+    for (int dot_lanes : {4, 8}) {
+      EXPECT_EQ(
+          d::launch_moe_combine_weight_grad(none_in, bf16_in, nullptr, nullptr, 0, 2, d_model, dot_lanes, nullptr),
+          cudaSuccess);
+      EXPECT_EQ(
+          d::launch_moe_combine_weight_grad(none_in, none_in, nullptr, nullptr, 5, 0, d_model, dot_lanes, nullptr),
+          cudaSuccess);
+    }
+  }
+  EXPECT_EQ(d::launch_moe_gather(none_in, nullptr, nullptr, none_out, 7, 0, nullptr), cudaSuccess);
+  EXPECT_EQ(d::launch_moe_combine(none_in, nullptr, nullptr, none_out, 7, 2, 0, nullptr), cudaSuccess);
+  // The checked entry points too (their argument checks accept empty sizes).
+  EXPECT_NO_THROW(kc::moe_gather(none_in, nullptr, nullptr, none_out, 0, 64, nullptr));
+  EXPECT_NO_THROW(kc::moe_combine(none_in, nullptr, nullptr, none_out, 0, 8, 64, nullptr));
+  EXPECT_NO_THROW(kc::moe_combine_weight_grad(none_in, none_in, nullptr, nullptr, 0, 8, 64, 4, nullptr));
+
+  for (const kc::CopyCast cast : {kc::CopyCast::kNone, kc::CopyCast::kF32ToBf16, kc::CopyCast::kBf16ToF32}) {
+    for (int zero = 0; zero < 3; ++zero) {
+      kc::StridedCopy s{2, 3, 4, 100, 10, 100, 10};
+      (zero == 0 ? s.batches : zero == 1 ? s.rows : s.cols) = 0;
+      SCOPED_TRACE("cast " + std::to_string(static_cast<int>(cast)) + ", zero extent " + std::to_string(zero));
+      EXPECT_EQ(d::launch_strided_copy(nullptr, nullptr, 4, cast, s, nullptr), cudaSuccess);
+      EXPECT_NO_THROW(kc::strided_copy(nullptr, nullptr, 4, cast, s, nullptr));
+    }
+  }
+
+  kc::FlashAttentionShape a;
+  a.batch = 2;
+  a.q_len = a.kv_len = 0;
+  a.q_heads = 4;
+  a.kv_heads = 2;
+  a.head_dim = 64;
+  a.ld_q = a.ld_o = 4 * 64;
+  a.ld_k = a.ld_v = 2 * 64;
+  EXPECT_NO_THROW(kc::flash_attention_forward(kc::FloatType::kBF16, nullptr, nullptr, nullptr, nullptr, nullptr, a,
+                                              nullptr));
+  EXPECT_NO_THROW(kc::flash_attention_backward(kc::FloatType::kF32, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                               nullptr, nullptr, nullptr, nullptr, a, true, nullptr, 0, nullptr));
+  a.batch = 0;
+  a.q_len = a.kv_len = 16;
+  EXPECT_NO_THROW(kc::flash_attention_forward(kc::FloatType::kF32, nullptr, nullptr, nullptr, nullptr, nullptr, a,
+                                              nullptr));
+  EXPECT_NO_THROW(kc::flash_attention_backward(kc::FloatType::kBF16, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                               nullptr, nullptr, nullptr, nullptr, a, false, nullptr, 0, nullptr));
+  EXPECT_NO_THROW(kc::attention_merge(kc::FloatType::kF32, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 2, 0,
+                                      4, 64, nullptr));
+  EXPECT_NO_THROW(kc::attention_merge(kc::FloatType::kBF16, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0,
+                                      16, 4, 64, nullptr));
+
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{0, 768}, std::pair<int64_t, int64_t>{4096, 0}}) {
+    SCOPED_TRACE("column reduction [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+    EXPECT_EQ(d::launch_bias_backward(none_in, nullptr, rows, cols, nullptr, nullptr), cudaSuccess);
+    EXPECT_EQ(d::launch_rmsnorm_backward_weight(none_in, none_in, nullptr, nullptr, rows, cols, nullptr, nullptr),
+              cudaSuccess);
+    EXPECT_EQ(d::launch_layernorm_backward_weight(none_in, none_in, nullptr, nullptr, nullptr, nullptr, rows, cols,
+                                                  nullptr, nullptr),
+              cudaSuccess);
   }
 }
 

@@ -10,7 +10,9 @@ REDUCE_GRAD, OPTIMIZER_STEP); beside `cleave simulate --config --json` of the sa
 its breakdown and `ep_exchange_s` per block and micro-batch). Prints one JSON object per run and a table.
 
 Usage: ep_waits.py CLEAVE OUTDIR --model NAME=CONFIG[@ep4,...] [--model ...] [--layouts dp2,ep2,ep4] [--rounds 3] [--steps 12]
-                   [--lock /work/build.lock] [--profile NAME=FILE]
+                   [--lock /work/build.lock] [--profile NAME=FILE] [--before BIN]
+       ep_waits.py --table OUTDIR/rows.json   (the markdown table of a finished run)
+--before BIN prices every run with a second binary too (an older build, on the same profile: the "before").
 """
 import argparse
 import json
@@ -42,9 +44,11 @@ def launcher(ranks):
     return ["mpiexec", "-n", str(ranks)] + over + ["--mca", "btl", "self,vader"]
 
 
-def predict(cleave, config, profile, layout):
+def predict(cleave, config, profile, layout, imbalance=None):
     ranks, sets = layout_sets(layout)
     cmd = [cleave, "simulate", "--config", config, "--world", str(ranks), "--profile", profile, "--json"]
+    if imbalance:
+        cmd += ["--ep-imbalance", "%.4f" % imbalance]
     for s in sets:
         cmd += ["--set", s]
     j = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
@@ -55,7 +59,8 @@ def predict(cleave, config, profile, layout):
 
 
 def busiest_over_mean(record):
-    """The largest over blocks of the busiest destination's received rows over the mean (one step)."""
+    """1 + the mean over blocks of the busiest destination's received rows over the mean, less 1 (one step): the
+    imbalance whose waits the step adds up, block by block."""
     rows = {}
     for key, v in record.items():
         m = re.match(r"moe_ep_rows_b(\d+)_s(\d+)_d(\d+)$", key)
@@ -65,7 +70,7 @@ def busiest_over_mean(record):
             rows[b][d] += v
     if not rows:
         return None
-    return max(max(d.values()) / statistics.mean(d.values()) for d in rows.values())
+    return 1 + statistics.mean(max(d.values()) / statistics.mean(d.values()) - 1 for d in rows.values())
 
 
 def trace_spans(path):
@@ -101,7 +106,34 @@ def train(cleave, config, layout, steps, run, lock):
     return out
 
 
+def table(rows):
+    """One markdown row per run: the step, before / after / after at the run's own imbalance, and the ep split."""
+    print("| round | model | layout | measured ms | before: predicted (meas / pred) | after: predicted (meas / pred) | "
+          "after at the run's f: predicted (meas / pred) | f: run / priced | ep own ms: meas / before / after | "
+          "ep waits ms: meas / after / after at f | traced F+B less ep waits / predicted F+I+W ms |")
+    print("|" + "---|" * 11)
+    for r in rows:
+        m, p = r["measured"], r["predicted"]
+        n = r["per_step_blocks"]
+        cell = lambda q: "%.1f (%.2f)" % (q["step_ms"], m["step_ms"] / q["step_ms"]) if q else "-"
+        ex = lambda q, k: "%.2f" % (q["ep_exchange_ms"].get(k, 0) * n) if q else "-"
+        own = sum(v["own"] for v in m["ep_ms"].values())
+        wait = sum(v["wait"] for v in m["ep_ms"].values())
+        t = p["terms_ms"]
+        f = m["f_measured"]
+        at_f = r.get("predicted_at_measured_f")
+        b = r.get("predicted_before")
+        print("| %d | %s | %s | %.1f | %s | %s | %s | %s | %.2f / %s / %s | %.2f / %s / %s | %.1f / %.1f |" % (
+            r["round"], r["model"], r["layout"], m["step_ms"], cell(b), cell(p), cell(at_f),
+            "%.3f / %.3f" % (f, p["ep_imbalance"]) if f else "-", own, ex(b, "own"), ex(p, "own"), wait, ex(p, "wait"),
+            ex(at_f, "wait"), m["trace"]["F"] + m["trace"]["B"] - m["trace"]["ep_wait"],
+            t["forward"] + t["input_grad"] + t["weight_grad"]))
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--table":
+        table(json.load(open(sys.argv[2])))
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("cleave")
     ap.add_argument("out")
@@ -112,6 +144,7 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--profile-ranks", type=int, default=2)
     ap.add_argument("--lock", default="")
+    ap.add_argument("--before", default="")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     cleave = os.path.realpath(a.cleave)
@@ -144,9 +177,19 @@ def main():
                 row = {"round": rnd + 1, "model": name, "layout": layout,
                        "predicted": predict(cleave, config, profiles[name], layout),
                        "measured": train(cleave, config, layout, a.steps, run, a.lock)}
+                ranks = int(layout[2:])
+                batch = json.load(open(config))["batch"]
+                model = json.load(open(config))["model"]
+                row["per_step_blocks"] = model["n_layers"] * batch["global_batch_size"] // ranks // batch["micro_batch_size"]
+                if a.before:
+                    row["predicted_before"] = predict(os.path.realpath(a.before), config, profiles[name], layout)
+                if row["measured"]["f_measured"]:  # the same plan priced at the run's own routing imbalance
+                    row["predicted_at_measured_f"] = predict(cleave, config, profiles[name], layout,
+                                                             row["measured"]["f_measured"])
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     json.dump(rows, open(os.path.join(a.out, "rows.json"), "w"), indent=1)
+    table(rows)
 
 
 if __name__ == "__main__":

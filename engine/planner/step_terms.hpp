@@ -233,10 +233,12 @@ BlockCollectives context_parallel_exchange(const TermContext& c, int block, cons
 BlockCollectives expert_all_to_all(const TermContext& c, int block);
 // One all-to-all whose busiest rank receives `busiest_bytes` (its own rows included) over ep ranks, as the engine
 // runs it (every message of the exchange posted at once, mpi_collectives.cpp): inside a node on a profile with a
-// measured point-to-point fit, ep - 1 messages of busiest_bytes / ep each, (ep - 1)(α + busiest_bytes / ep / β)
-// (the collective fits' intercepts, fitted from 4 KiB up, are no measure of the few-KiB messages of a moe block:
-// count_exchange's rule); else a reduce-scatter of those bytes over the ep link (TermContext::collective_s: the
-// profile's fit, or the ring formula, the same figure on a link).
+// measured point-to-point fit, ep - 1 messages at its latency α, (ep - 1) α + busiest_bytes / β_rs, the bytes at the
+// slope β_rs of the profile's reduce-scatter fit over ep ranks (every rank sending and receiving at once, which a
+// ping-pong does not measure; without that fit the ping-pong's, (ep - 1)(α + busiest_bytes / ep / β)); the collective
+// fits' intercepts, fitted from 4 KiB up, are no measure of the few-KiB messages of a moe block (count_exchange's
+// rule); else a reduce-scatter of those bytes over the ep link (TermContext::collective_s: the profile's fit, or the
+// ring formula, the same figure on a link).
 double ep_all_to_all_s(const TermContext& c, double busiest_bytes, int ep);
 // The busiest ep rank's compute of a block with routed experts: its expert GEMMs (gate, up, down: 3 per pass,
 // 2·T·k·D·F / tp FLOPs each per sample) run ep_imbalance × the mean rows, so each pass of `compute` (without the

@@ -29,8 +29,16 @@ bool on_point_to_point_fit(const TermContext& c) {
 }  // namespace
 
 double ep_all_to_all_s(const TermContext& c, double busiest_bytes, int ep) {
-  if (on_point_to_point_fit(c)) return (ep - 1) * c.profile->measured.p2p->seconds(busiest_bytes / ep);
-  return c.collective_s(Collective::kReduceScatter, busiest_bytes, ep, *c.ep_link);
+  if (!on_point_to_point_fit(c)) return c.collective_s(Collective::kReduceScatter, busiest_bytes, ep, *c.ep_link);
+  const partition::MeasuredCosts& m = c.profile->measured;
+  // A ping-pong moves one direction at a time; in the exchange every rank sends and receives at once (on Open MPI's
+  // copy-in/copy-out shared memory each rank's core copies both ways), which the reduce-scatter over the same group
+  // measured: each rank's buffer of X bytes, (ep - 1) / ep of it sent and as much received, all at once. Its slope
+  // prices the bytes, the ping-pong's latency each of the ep - 1 messages (RESULTS-2026-11-30-e-ep-waits).
+  if (const partition::AlphaBeta* both = m.collective(Collective::kReduceScatter, ep)) {
+    return (ep - 1) * m.p2p->latency_s + busiest_bytes / both->bandwidth_Bps;
+  }
+  return (ep - 1) * m.p2p->seconds(busiest_bytes / ep);
 }
 
 BlockCollectives expert_all_to_all(const TermContext& c, int b) {

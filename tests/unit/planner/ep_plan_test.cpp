@@ -230,14 +230,17 @@ TEST_F(EpPlanSearch, PricesTheCountExchangeAsALatencyAndAMeeting) {
 }
 
 // An all-to-all on a profile with a measured point-to-point fit (step_terms.hpp, ep_all_to_all_s): ep - 1 messages
-// of the busiest rank's bytes / ep each, (ep - 1)(alpha + bytes / ep / beta), by hand: not the reduce-scatter fit,
-// whose intercept (fitted from 4 KiB up) is no measure of these few-KiB messages.
+// at the ping-pong's latency, the busiest rank's bytes at the slope of the profile's reduce-scatter fit over ep ranks
+// (every rank sends and receives at once, as in that reduce-scatter; a ping-pong moves one way at a time),
+// (ep - 1) alpha + bytes / beta_rs, by hand; the reduce-scatter fit's intercept (fitted from 4 KiB up) is no measure of
+// these few-KiB messages. Without a reduce-scatter fit at ep ranks, the ping-pong's slope: (ep - 1)(alpha + bytes /
+// ep / beta).
 TEST_F(EpPlanSearch, PricesEachAllToAllAsOneMessagePerPeerOnTheMeasuredFit) {
   const std::string config = write("moe.json", kMoe);
   HardwareProfile fitted = profile(1e-5, 1e8);
   fitted.measured.p2p = partition::AlphaBeta{2, 1.5e-5, 6e9};
   fitted.measured.fits(partition::Collective::kReduceScatter).push_back(partition::AlphaBeta{2, 1e-7, 5e9});
-  fitted.measured.fits(partition::Collective::kReduceScatter).push_back(partition::AlphaBeta{4, 1e-7, 5e9});
+  fitted.measured.fits(partition::Collective::kReduceScatter).push_back(partition::AlphaBeta{4, 1e-7, 2e9});
   SearchOptions options{4, 0};
   options.ep_imbalance = 1.5;
   PlanChoice c = choice_of_config(config, {}, 4);
@@ -246,10 +249,16 @@ TEST_F(EpPlanSearch, PricesEachAllToAllAsOneMessagePerPeerOnTheMeasuredFit) {
     c.ep = ep;
     const PlanEstimate e = estimate_plan(config, {}, c, fitted, options);
     ASSERT_TRUE(e.valid) << e.reason;
-    const double one = (ep - 1) * (1.5e-5 + bytes / ep / 6e9);
+    const double one = (ep - 1) * 1.5e-5 + bytes / (ep == 2 ? 5e9 : 2e9);
     EXPECT_NEAR(e.ep_all_to_all_s, 4 * one, 1e-15) << ep;
     EXPECT_NEAR(e.ep_exchange.all_to_all_s, 4 * one, 1e-15) << ep;
   }
+  HardwareProfile two = fitted;  // a reduce-scatter fit at 2 ranks only: ep 4 on the ping-pong's slope
+  two.measured.fits(partition::Collective::kReduceScatter).pop_back();
+  c.ep = 4;
+  const PlanEstimate e = estimate_plan(config, {}, c, two, options);
+  ASSERT_TRUE(e.valid) << e.reason;
+  EXPECT_NEAR(e.ep_all_to_all_s, 4 * 3 * (1.5e-5 + bytes / 4 / 6e9), 1e-15);
 }
 
 // The split simulate --json reports (EpExchangePrice) against the router log's measured split, by hand on a link

@@ -157,6 +157,8 @@ TEST(VerifyBf16, AdamwFloorPassesAReorderingAndFailsHalfAStepOnOneElement) {
   // The floor is bf16 rounding amplified by AdamW (5.1e-2 of a movement measured), not nothing and not everything.
   EXPECT_GT(b->floor.floor, 1e-2) << b->floor.worst;
   EXPECT_LT(b->floor.floor, 0.15) << b->floor.worst;
+  std::printf("[ verify ] d_model 128 gpt, AdamW: floor %.3g (%s, %s), flip %.3g, tolerance %.3g\n", b->floor.floor,
+              b->floor.pair.c_str(), b->floor.worst.c_str(), b->floor.flip, b->floor.tolerance());
   EXPECT_TRUE(b->failing(b->reordered()).empty());
   // A third GEMM library, where built: an equivalent computation the fixed 1e-3 of a tensor's scale fails (AdamW
   // amplifies its bf16 roundings like the twin's) and the floor passes.

@@ -36,17 +36,18 @@ final weights (gathered into logical tensors). Exits 1 when a difference exceeds
               1e-5)
       .number("--param-tolerance", "X", "max |layout - reference| / max |reference| per tensor", 1e-3)
       .number("--noise-multiple", "X",
-              "bf16: a tensor also passes within X times the twin reference's noise floor (on the cpu), or within X x "
-              "sqrt((tp + 2) / 2) times its precision twin's difference (0: no twins)", 3)
+              "bf16: a tensor also passes within X x sqrt((tp + 2) / 2) times the twin references' noise floor (on the "
+              "cpu), or times its precision twin's difference (0: no twins)", 3)
       .epilog(R"(Runs in deterministic mode (train.deterministic=true) unless the config or --set says otherwise. With
 AdamW, a slice whose gradient is zero in exact arithmetic (gpt's attention key biases) receives rounding
 noise only, which Adam normalises into steps up to lr: it leaves --param-tolerance's comparison and is held
 to the bound any two AdamW runs meet, 2 x sum over steps of lr x Adam's step bound (docs/multi-rank.md).
-In bf16 on the cpu a second single-rank reference, the twin, runs with another GEMM library (device.blas)
-and its attention reordered (the f32 GEMM over half-size key blocks, P and dS rounded as in bf16): the same
-sums in another order. Its largest difference from the reference, as a fraction of how far
-training moved each tensor, is the run's noise floor; a tensor of the layout passes within --param-tolerance
-of its scale or within --noise-multiple times the floor of its movement. In bf16 a third run, the precision
+In bf16 on the cpu two more single-rank references, the twins, run the same sums in other orders: one with
+another GEMM library (device.blas) and its attention reordered (the f32 GEMM over half-size key blocks, P and dS
+rounded as in bf16), one with quarter-size key blocks. The largest difference of any two of the three runs, as a
+fraction of how far training moved each tensor, is the run's noise floor (under AdamW no less than one sign flip
+of its first update, 2 lr_1 / sum of lr); a tensor of the layout passes within --param-tolerance of its scale or
+within --noise-multiple x sqrt((tp + 2) / 2) times the floor of its movement. In bf16 a further run, the precision
 twin, is the reference in fp32: it ends each tensor as far from the bf16 reference as bf16's roundings move
 it, and a tensor also passes within --noise-multiple x sqrt((tp + 2) / 2) times that (docs/multi-rank.md: what
 this proves and what it cannot).

@@ -208,7 +208,7 @@ struct DeviceConfig {
   Precision precision = Precision::kFp32;
   CpuBlas blas = CpuBlas::kAuto;  // the CPU backend's GEMM library (kernels/ops/cpu_blas.hpp)
   // Not a config key (no row in kDeviceFields: never read, written or documented as one): the order the CPU's bf16
-  // attention sums in, kReordered in `cleave verify`'s twin reference only (kernels/ops/precision.hpp).
+  // attention sums in, kReordered or kReorderedQuarters in `cleave verify`'s twin references only (kernels/ops/precision.hpp).
   ops::AttentionSums attention_sums = ops::AttentionSums::kKernel;
   friend bool operator==(const DeviceConfig&, const DeviceConfig&) = default;
 };

@@ -30,6 +30,25 @@ Run run(const config::RunConfig& config, comm::Communicator& comm, bool keep_ini
   return r;
 }
 
+// The twins' floor: each twin trained on `self`, then every pair among the reference and the twins compared
+// (floor_pairs: all start from the reference's initial values).
+NoiseFloor twins_floor(const std::vector<config::RunConfig>& twins, const config::RunConfig& reference_config,
+                       const Run& reference, comm::Communicator& self,
+                       const std::vector<partition::NullGradient>& null_slices, double null_bound, double multiple,
+                       double tp_factor, double flip) {
+  std::vector<ParameterMap> params;
+  std::vector<std::string> described;
+  double loss = 0;
+  for (const config::RunConfig& twin : twins) {
+    Run r = run(twin, self);
+    described.push_back(describe_twin(reference_config, twin));
+    loss = std::max(loss, max_loss_difference(r.losses, reference.losses));
+    params.push_back(std::move(r.params));
+  }
+  std::vector<FloorPair> pairs = floor_pairs(reference.params, reference.initial, params, null_slices, null_bound);
+  return noise_floor(std::move(pairs), loss, std::move(described), multiple, tp_factor, flip);
+}
+
 // The null-gradient slices' lines (none under SGD): why they are not in the table, and their bound.
 std::string format_null_slices(const std::vector<NullSliceDifference>& slices, std::size_t max_rows) {
   if (slices.empty()) return "";
@@ -105,19 +124,18 @@ VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& 
   auto self = world.split(world.rank(), 0, "verify_reference");
   if (world.rank() != 0) return report;
   const config::RunConfig reference_config = single_rank_reference(resolved);
-  const std::optional<config::RunConfig> twin =
-      options.noise_multiple > 0 ? twin_reference(reference_config) : std::nullopt;
-  const Run reference = run(reference_config, *self, twin.has_value());
+  const std::vector<config::RunConfig> twins =
+      options.noise_multiple > 0 ? twin_references(reference_config) : std::vector<config::RunConfig>{};
+  const Run reference = run(reference_config, *self, !twins.empty());
   report.reference_losses = reference.losses;
   report.max_loss_difference = max_loss_difference(layout.losses, reference.losses);
   const std::vector<partition::NullGradient> null_slices = verify_null_slices(resolved);
   const double null_bound = adamw_drift_bound(resolved.optimizer, resolved.train.steps);
-  const ParameterMap* initial = twin ? &reference.initial : nullptr;
-  if (twin) {
-    const Run twin_run = run(*twin, *self);
-    report.floor = noise_floor(compare_parameters(twin_run.params, reference.params, null_slices, null_bound, initial),
-                               max_loss_difference(twin_run.losses, reference.losses),
-                               describe_twin(reference_config, *twin), options.noise_multiple);
+  const ParameterMap* initial = twins.empty() ? nullptr : &reference.initial;
+  if (!twins.empty()) {
+    report.floor = twins_floor(twins, reference_config, reference, *self, null_slices, null_bound, options.noise_multiple,
+                               tp_rounding_factor(resolved.parallel.tensor_model_parallel_size),
+                               adamw_flip_fraction(resolved.optimizer, resolved.train.steps));
   }
   const std::optional<config::RunConfig> fp32 =
       options.noise_multiple > 0 ? precision_twin(reference_config) : std::nullopt;
@@ -170,16 +188,30 @@ std::string format_rounding(const RoundingFloor& r, const std::vector<ParamDiffe
       r.twin, r.factor, worst, name, r.loss);
 }
 
-// The twin's lines: what it is, its floor, the tolerance a tensor gets from it.
+// The twins' lines: what they are, each pair's largest, the floor, the tolerance a tensor gets from it.
 std::string format_floor(const NoiseFloor& f, const std::vector<ParamDifference>& params) {
   const auto worst = std::max_element(params.begin(), params.end(), [](const ParamDifference& a,
                                                                        const ParamDifference& b) { return a.moved < b.moved; });
+  std::string twins;
+  for (std::size_t k = 0; k < f.twins.size(); ++k) {
+    twins += fmt::format("{}{} (twin {})", k == 0 ? "" : k + 1 == f.twins.size() ? " and with " : ", with ", f.twins[k],
+                         k + 1);
+  }
+  std::string pairs;
+  for (const FloorPair& p : f.pairs) {
+    pairs += fmt::format("{}{} {:.3g} ({})", pairs.empty() ? "" : ", ", p.runs, p.largest, p.worst.empty() ? "-" : p.worst);
+  }
   return fmt::format(
-      "\nbf16 noise floor: the reference run again with {} (the same sums in another order before the same bf16 "
-      "roundings) ends {:.3g} of a tensor's movement from it at most ({}); a tensor passes within --param-tolerance of "
-      "its scale or within {:g} x that, {:.3g}, of its movement: the layout's largest is {:.3g} ({}); the twin's "
-      "losses differ by up to {:.3g}\n",
-      f.twin, f.floor, f.worst.empty() ? "-" : f.worst, f.multiple, f.tolerance(), worst == params.end() ? 0.0 : worst->moved,
+      "\nbf16 noise floor: the reference run again with {} (the same sums in other orders before the same bf16 "
+      "roundings); the runs of each pair end apart by at most these fractions of a tensor's movement: {}; the floor is "
+      "their largest, {:.3g}{}; a tensor passes within --param-tolerance of its scale or within {:g} x {:.3g} x that "
+      "(--noise-multiple x sqrt((tp + 2) / 2) at tp > 1), {:.3g}, of its movement: the layout's largest is {:.3g} "
+      "({}); the twins' losses differ by up to {:.3g}\n",
+      twins, pairs, f.floor,
+      f.flip > 0 ? fmt::format(", and no less than one sign flip of AdamW's first update (2 lr_1 / sum of lr), {:.3g}",
+                               f.flip)
+                 : std::string(),
+      f.multiple, f.tp_factor, f.tolerance(), worst == params.end() ? 0.0 : worst->moved,
       worst == params.end() ? "-" : worst->name, f.loss);
 }
 

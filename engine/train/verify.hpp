@@ -5,7 +5,8 @@
 // use the same build, data and seed. Parameters are compared per tensor: max |layout - reference| over
 // max |reference| of that tensor, which stays meaningful for tensors that start at zero (biases); under AdamW a
 // slice whose gradient is zero in exact arithmetic is held to the update rule's bound instead (verify_compare.hpp).
-// In bf16 on the CPU a second reference, the twin, measures the noise floor of the run, and in bf16 a third, the
+// In bf16 on the CPU two more references, the twins, measure the noise floor of the run (the largest over the three
+// pairs of the reference and twins, under AdamW no less than one step-1 sign flip), and in bf16 another, the
 // precision twin (the reference in fp32), how far bf16's roundings move each tensor (verify_floor.hpp): a tensor
 // also passes within a stated multiple of either.
 #pragma once
@@ -26,8 +27,8 @@ namespace cleave::train {
 struct VerifyOptions {
   double loss_tolerance = 1e-5;   // max relative difference of any step's loss
   double param_tolerance = 1e-3;  // max per-tensor normalised difference of the final parameters (AdamW: see --help)
-  // bf16: a tensor also passes within this multiple of the twin's floor, or within this multiple x
-  // tp_rounding_factor(tp) of its precision twin's difference (verify_floor); 0: no twins
+  // bf16: a tensor also passes within this multiple x tp_rounding_factor(tp) of the twins' floor, or of its precision
+  // twin's difference (verify_floor); 0: no twins
   double noise_multiple = 3;
 };
 
@@ -36,7 +37,7 @@ struct VerifyReport {
   std::vector<double> reference_losses;
   std::vector<ParamDifference> params;  // sorted by name
   std::vector<NullSliceDifference> null_slices;  // AdamW: the slices held to the update rule's bound
-  std::optional<NoiseFloor> floor;      // bf16 on the CPU: the twin's floor (params then carry `moved`)
+  std::optional<NoiseFloor> floor;      // bf16 on the CPU: the twins' floor (params then carry `moved`)
   std::optional<RoundingFloor> rounding;  // bf16: the precision twin's per-tensor differences
   double max_loss_difference = 0;       // relative
   double max_param_difference = 0;      // normalised

@@ -2,10 +2,12 @@
 #include "engine/train/verify_floor.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 
 #include "engine/core/enum_names.hpp"
+#include "engine/optim/lr_schedule.hpp"
 #include "kernels/ops/cpu_blas.hpp"
 
 namespace cleave::train {
@@ -18,10 +20,8 @@ ops::CpuBlas library_of(const config::RunConfig& config) {
 
 }  // namespace
 
-std::optional<config::RunConfig> twin_reference(const config::RunConfig& reference) {
-  if (reference.device.precision != ops::Precision::kBf16 || reference.device.type != DeviceType::kCpu) {
-    return std::nullopt;
-  }
+std::vector<config::RunConfig> twin_references(const config::RunConfig& reference) {
+  if (reference.device.precision != ops::Precision::kBf16 || reference.device.type != DeviceType::kCpu) return {};
   const ops::CpuBlas own = library_of(reference);
   ops::CpuBlas other = ops::CpuBlas::kOpenBlas;
   if (own == ops::CpuBlas::kOpenBlas) {
@@ -30,33 +30,81 @@ std::optional<config::RunConfig> twin_reference(const config::RunConfig& referen
     } else if (ops::cpu_blas_built(ops::CpuBlas::kBlis)) {
       other = ops::CpuBlas::kBlis;
     } else {
-      return std::nullopt;
+      return {};
     }
   }
-  config::RunConfig twin = reference;
-  twin.device.blas = other;
-  twin.device.attention_sums = ops::AttentionSums::kReordered;
-  return twin;
+  std::vector<config::RunConfig> twins(2, reference);
+  twins[0].device.blas = other;
+  twins[0].device.attention_sums = ops::AttentionSums::kReordered;
+  twins[1].device.attention_sums = ops::AttentionSums::kReorderedQuarters;
+  return twins;
 }
 
 std::string describe_twin(const config::RunConfig& reference, const config::RunConfig& twin) {
-  std::string out =
-      fmt::format("device.blas {} instead of {}", enum_name(library_of(twin)), enum_name(library_of(reference)));
-  if (twin.device.attention_sums != reference.device.attention_sums) {
-    out += " and attention's sums reordered (f32 GEMM, key blocks halved)";
+  std::vector<std::string> parts;
+  if (library_of(twin) != library_of(reference)) {
+    parts.push_back(fmt::format("device.blas {} instead of {}", enum_name(library_of(twin)), enum_name(library_of(reference))));
   }
-  return out;
+  if (twin.device.attention_sums != reference.device.attention_sums) {
+    parts.push_back(fmt::format("attention's sums reordered (f32 GEMM, key blocks {})",
+                                twin.device.attention_sums == ops::AttentionSums::kReorderedQuarters ? "quartered"
+                                                                                                      : "halved"));
+  }
+  return parts.empty() ? std::string("nothing else") : fmt::format("{}", fmt::join(parts, " and "));
 }
 
-NoiseFloor noise_floor(const ParamComparison& twin_against_reference, double loss, std::string twin, double multiple) {
+FloorPair floor_pair(const ParamComparison& compared, std::string runs) {
+  FloorPair p{std::move(runs)};
+  for (const ParamDifference& d : compared.params) {
+    if (std::isnan(p.largest)) break;  // a NaN difference is the largest (it passes no tensor)
+    if (std::isnan(d.moved) || d.moved > p.largest) {
+      p.largest = d.moved;
+      p.worst = d.name;
+    }
+  }
+  return p;
+}
+
+std::vector<FloorPair> floor_pairs(const ParameterMap& reference, const ParameterMap& initial,
+                                   std::span<const ParameterMap> twins,
+                                   std::span<const partition::NullGradient> null_slices, double null_bound) {
+  std::vector<FloorPair> pairs;
+  for (std::size_t k = 0; k < twins.size(); ++k) {
+    pairs.push_back(floor_pair(compare_parameters(twins[k], reference, null_slices, null_bound, &initial),
+                               fmt::format("the reference and twin {}", k + 1)));
+  }
+  for (std::size_t j = 0; j < twins.size(); ++j) {
+    for (std::size_t k = j + 1; k < twins.size(); ++k) {
+      pairs.push_back(floor_pair(compare_parameters(twins[k], twins[j], null_slices, null_bound, &initial),
+                                 fmt::format("twins {} and {}", j + 1, k + 1)));
+    }
+  }
+  return pairs;
+}
+
+double adamw_flip_fraction(const config::OptimizerConfig& optimizer, std::int64_t steps) {
+  if (optimizer.type != config::OptimizerType::kAdamw || steps < 1) return 0;
+  const optim::LrSchedule schedule = optim::LrSchedule::from_config(optimizer, steps);
+  double sum = 0;
+  for (std::int64_t s = 0; s < steps; ++s) sum += std::abs(schedule.lr_at(s));
+  return sum > 0 ? 2 * std::abs(schedule.lr_at(0)) / sum : 0;
+}
+
+NoiseFloor noise_floor(std::vector<FloorPair> pairs, double loss, std::vector<std::string> twins, double multiple,
+                       double tp_factor, double flip) {
   NoiseFloor f;
+  f.flip = flip;
   f.loss = loss;
-  f.twin = std::move(twin);
+  f.twins = std::move(twins);
   f.multiple = multiple;
-  for (const ParamDifference& d : twin_against_reference.params) {
-    if (d.moved > f.floor) {
-      f.floor = d.moved;
-      f.worst = d.name;
+  f.tp_factor = tp_factor;
+  f.pairs = std::move(pairs);
+  for (const FloorPair& p : f.pairs) {
+    if (std::isnan(f.floor)) break;
+    if (std::isnan(p.largest) || p.largest > f.floor) {
+      f.floor = p.largest;
+      f.worst = p.worst;
+      f.pair = p.runs;
     }
   }
   return f;

@@ -24,8 +24,10 @@ constexpr std::array<EnumName<Precision>, 2> enum_names(Precision) {
 // run, with each key block halved (FlashAttentionShape::key_block): the same values before the same bf16 roundings,
 // every attention sum (Q K^T and dO V^T over the head dimension; P V, P^T dO, dS K, dS^T Q) in the f32 block GEMM's
 // order, and each row's online softmax merging twice as many partial blocks (its f32 rescaling at each new maximum),
-// as ring attention merges its ranks' blocks. Not a config key: `cleave verify`'s twin reference sets kReordered
+// as ring attention merges its ranks' blocks; kReorderedQuarters, the same with each key block a quarter of the
+// kernel's (four times the merges: another order again, so two twins differ from each other as well as from the
+// reference). Not a config key: `cleave verify`'s twin references set kReordered and kReorderedQuarters
 // (engine/train/verify_floor.hpp); every run otherwise takes kKernel. No effect on CUDA or in fp32.
-enum class AttentionSums { kKernel, kReordered };
+enum class AttentionSums { kKernel, kReordered, kReorderedQuarters };
 
 }  // namespace cleave::ops

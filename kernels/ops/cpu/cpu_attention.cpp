@@ -2,10 +2,11 @@
 // one AttentionProblem, ops_attention.cpp): the memory-efficient (flash) forward and backward of
 // kernels/cpu/flash_attention and the log-sum-exp merge of two partial attentions (ring attention).
 // Invariant: all-bf16 problems run the kernels' bf16 overloads (bf16 score products, within bf16 rounding of the f32
-// kernel on the rounded inputs, flash_attention.hpp), or under ctx.attention_sums kReordered (verify's twin reference)
-// the f32 kernel on f32 views rounding P and dS as the bf16 kernel does, its key blocks halved (the same values, the
-// sums in the f32 GEMM's order and merged over twice the blocks); any other mix the f32 kernel on f32 views; the kernels' workspace comes from ctx.allocator (kWorkspace) and
-// is returned before the slot returns.
+// kernel on the rounded inputs, flash_attention.hpp), or under ctx.attention_sums kReordered or kReorderedQuarters
+// (verify's twin references) the f32 kernel on f32 views rounding P and dS as the bf16 kernel does, its key blocks
+// halved or quartered (the same values, the sums in the f32 GEMM's order and merged over 2 or 4 times the blocks); any
+// other mix the f32 kernel on f32 views; the kernels' workspace comes from ctx.allocator (kWorkspace) and is returned
+// before the slot returns.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -55,12 +56,13 @@ class AttentionViews {
 };
 
 // The CPU kernel's shape; bf16_roundings (ops.hpp) asks the f32 kernel for the bf16 kernel's P and dS roundings, and
-// so does an all-bf16 problem sent to the f32 kernel by AttentionSums::kReordered (`reordered`), whose key blocks are
-// also half the kernel's.
-kc::FlashAttentionShape flash_shape(const AttentionProblem& p, bool reordered) {
+// so does an all-bf16 problem sent to the f32 kernel by AttentionSums::kReordered or kReorderedQuarters (`reordered`:
+// ctx's sums), whose key blocks are also a half or a quarter of the kernel's.
+kc::FlashAttentionShape flash_shape(const AttentionProblem& p, bool reordered, AttentionSums sums) {
   kc::FlashAttentionShape s = flash_shape_of<kc::FlashAttentionShape>(p);
   s.round_probabilities = p.params.bf16_roundings || reordered;
-  if (reordered) s.key_block = (std::min(kc::kFlashBlockK, std::max<std::int64_t>(s.kv_len, 1)) + 1) / 2;
+  const std::int64_t parts = sums == AttentionSums::kReorderedQuarters ? 4 : 2;
+  if (reordered) s.key_block = (std::min(kc::kFlashBlockK, std::max<std::int64_t>(s.kv_len, 1)) + parts - 1) / parts;
   return s;
 }
 
@@ -92,7 +94,7 @@ bool bf16_kernel(const Context& ctx, bool all_bf16) {
 // (flash_attention.hpp), unless ctx.attention_sums says kReordered; other mixes widen whole tensors.
 void attention_forward(const Context& ctx, const AttentionProblem& p) {
   const bool all_bf16 = all_bf16_operands({&p.q, &p.k, &p.v, &p.out});
-  const kc::FlashAttentionShape s = flash_shape(p, all_bf16 && !bf16_kernel(ctx, all_bf16));
+  const kc::FlashAttentionShape s = flash_shape(p, all_bf16 && !bf16_kernel(ctx, all_bf16), ctx.attention_sums);
   const int threads = kc::kernel_threads();
   if (bf16_kernel(ctx, all_bf16)) {
     const Tensor ws = flash_workspace(ctx, s, threads, true);
@@ -111,7 +113,7 @@ void attention_forward(const Context& ctx, const AttentionProblem& p) {
 
 void attention_backward(const Context& ctx, const AttentionProblem& p) {
   const bool all_bf16 = all_bf16_operands({&p.q, &p.k, &p.v, &p.out, &p.dout, &p.dq, &p.dk, &p.dv});
-  const kc::FlashAttentionShape s = flash_shape(p, all_bf16 && !bf16_kernel(ctx, all_bf16));
+  const kc::FlashAttentionShape s = flash_shape(p, all_bf16 && !bf16_kernel(ctx, all_bf16), ctx.attention_sums);
   const int threads = kc::kernel_threads();
   const bool acc = p.params.accumulate_grads;
   if (bf16_kernel(ctx, all_bf16)) {

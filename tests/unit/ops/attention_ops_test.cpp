@@ -124,18 +124,21 @@ TEST(OpsAttention, Bf16WidensAtTheEdges) {
   EXPECT_GT(norm(dq16), 0.0);
 }
 
-// verify's twin reference (AttentionSums::kReordered, kernels/ops/precision.hpp): an all-bf16 problem runs the f32
-// kernel on the widened operands with the bf16 kernel's roundings of P and dS and half its key blocks, so its results
+// verify's twin references (AttentionSums::kReordered and kReorderedQuarters, kernels/ops/precision.hpp): an all-bf16
+// problem runs the f32 kernel on the widened operands with the bf16 kernel's roundings of P and dS and a half or a
+// quarter of its key blocks, so its results
 // differ from the bf16 kernel's only as another order of the f32 sums and another merge of partial blocks do: f32
 // statistics within f32 rounding, bf16 outputs within one bf16 ulp plus an f32-sized term of the tensor's largest
 // value. And they differ somewhere: were kReordered to run the bf16 kernel's arithmetic again, the twin would reorder
 // no attention sum and verify's floor would miss what ring attention's merge does (as it did when the twin only
 // swapped the GEMM library: f32 sums of a few exact bf16 products are often exact in any order, and the bf16 kernel's
 // bits came back).
-TEST(OpsAttention, ReorderedSumsDifferFromTheBf16KernelWithinF32Rounding) {
+class OpsAttentionReordered : public ::testing::TestWithParam<AttentionSums> {};
+
+TEST_P(OpsAttentionReordered, SumsDifferFromTheBf16KernelWithinF32Rounding) {
   const Context kernel;
   Context twin;
-  twin.attention_sums = AttentionSums::kReordered;
+  twin.attention_sums = GetParam();
   AttentionParams p = params();
   p.window = 0;  // every row sees both of the twin's key blocks once past the first 19 keys
   const auto b16 = [&](const std::vector<float>& v, const Shape& shape) {
@@ -176,6 +179,35 @@ TEST(OpsAttention, ReorderedSumsDifferFromTheBf16KernelWithinF32Rounding) {
   near(b.dv, a.dv, 0x1p-7, "dv");
   EXPECT_GT(differ, 0u) << "the twin's attention has the bf16 kernel's bits: it reorders none of its sums";
   EXPECT_GT(norm(b.dk), 0.0);
+}
+
+// The two twins' orders (halved and quartered key blocks) differ from each other too, or the second twin would be the
+// first again and verify's pair of twins one draw, not two.
+INSTANTIATE_TEST_SUITE_P(Twins, OpsAttentionReordered,
+                         ::testing::Values(AttentionSums::kReordered, AttentionSums::kReorderedQuarters));
+
+TEST(OpsAttention, HalvedAndQuarteredKeyBlocksSumInDifferentOrders) {
+  const Context kernel;
+  Context halves, quarters;
+  halves.attention_sums = AttentionSums::kReordered;
+  quarters.attention_sums = AttentionSums::kReorderedQuarters;
+  AttentionParams p = params();
+  p.window = 0;
+  const auto b16 = [&](const std::vector<float>& v, const Shape& shape) {
+    return cast(kernel, rounded(kernel, v, shape), DType::kBF16);
+  };
+  const Tensor q = b16(random_floats(B * T * Hq * hd, 31), {B, T, Hq * hd});
+  const Tensor k = b16(random_floats(B * T * Hkv * hd, 32), {B, T, Hkv * hd});
+  const Tensor v = b16(random_floats(B * T * Hkv * hd, 33), {B, T, Hkv * hd});
+  const auto forward = [&](const Context& ctx) {
+    Tensor out = empty(q.shape(), DType::kBF16), lse = empty({B, Hq, T});
+    attention_forward(ctx, q, k, v, out, lse, p);
+    return lse.to_floats();
+  };
+  const std::vector<float> a = forward(halves), b = forward(quarters);
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+  EXPECT_GT(differ, 0u) << "quartered key blocks merge the rows' partial sums as halved ones do";
 }
 
 TEST(OpsAttention, AccumulateAddsOntoTheGradients) {

@@ -1,12 +1,15 @@
 // cleave verify's bf16 noise floor (engine/train/verify_floor.hpp) as pure functions: the twin differs from its
-// reference in device.blas and the order of attention's sums only (the latter's effect: OpsAttention.Reordered*) and
-// exists only for bf16 on the cpu with a second library built; `moved` measures a
-// difference against how far training moved the tensor; the floor is the twin's largest; a tensor passes within the
-// fixed tolerance of its scale or within multiple x floor of its movement, and NaN passes neither. The precision
+// reference in device.blas and the order of attention's sums only (the latter's effect: OpsAttention.Reordered*), the
+// two twins each another way, and exist only for bf16 on the cpu with a second library built; `moved` measures a
+// difference against how far training moved the tensor; the floor is the largest over every pair of the three runs
+// (the two twins' pair too); a tensor passes within the fixed tolerance of its scale or within multiple x
+// tp_factor x floor of its movement, and NaN passes neither. The precision
 // twin is the reference in fp32 (bf16 only); a tensor also passes within factor x its own fp32 difference.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
+#include <vector>
 
 #include "engine/train/verify_compare.hpp"
 #include "engine/train/verify_floor.hpp"
@@ -21,34 +24,42 @@ config::RunConfig bf16_cpu() {
   return c;
 }
 
-TEST(VerifyFloor, TwinChangesTheGemmLibraryAndAttentionsSumOrderOnlyAndOnlyInBf16OnTheCpu) {
+TEST(VerifyFloor, TwinsChangeTheGemmLibraryAndAttentionsSumOrderOnlyEachAnotherWayAndOnlyInBf16OnTheCpu) {
   config::RunConfig fp32;
-  EXPECT_FALSE(twin_reference(fp32).has_value());
+  EXPECT_TRUE(twin_references(fp32).empty());
   config::RunConfig cuda = bf16_cpu();
   cuda.device.type = DeviceType::kCuda;
-  EXPECT_FALSE(twin_reference(cuda).has_value());
+  EXPECT_TRUE(twin_references(cuda).empty());
   const config::RunConfig reference = bf16_cpu();
-  const std::optional<config::RunConfig> twin = twin_reference(reference);
+  const std::vector<config::RunConfig> twins = twin_references(reference);
   const bool second_library = ops::cpu_blas_built(ops::CpuBlas::kOneDnn) || ops::cpu_blas_built(ops::CpuBlas::kBlis);
-  ASSERT_EQ(twin.has_value(), second_library);
-  if (!twin) return;
-  EXPECT_NE(twin->device.blas, ops::CpuBlas::kAuto);
+  ASSERT_EQ(twins.size(), second_library ? 2u : 0u);
+  if (twins.empty()) return;
+  EXPECT_NE(twins[0].device.blas, ops::CpuBlas::kAuto);
+  EXPECT_EQ(twins[1].device.blas, reference.device.blas);  // the second twin keeps the library
   EXPECT_EQ(reference.device.attention_sums, ops::AttentionSums::kKernel);
-  EXPECT_EQ(twin->device.attention_sums, ops::AttentionSums::kReordered);
-  config::RunConfig same = *twin;
-  same.device.blas = reference.device.blas;
-  same.device.attention_sums = reference.device.attention_sums;
-  EXPECT_TRUE(same == reference);  // nothing else differs
-  EXPECT_NE(describe_twin(reference, *twin).find("instead of"), std::string::npos);
-  EXPECT_NE(describe_twin(reference, *twin).find("attention"), std::string::npos);
+  EXPECT_EQ(twins[0].device.attention_sums, ops::AttentionSums::kReordered);
+  EXPECT_EQ(twins[1].device.attention_sums, ops::AttentionSums::kReorderedQuarters);
+  EXPECT_FALSE(twins[0] == twins[1]);  // no two twins sum alike
+  for (const config::RunConfig& twin : twins) {
+    config::RunConfig same = twin;
+    same.device.blas = reference.device.blas;
+    same.device.attention_sums = reference.device.attention_sums;
+    EXPECT_TRUE(same == reference);  // nothing else differs
+    EXPECT_NE(describe_twin(reference, twin).find("attention"), std::string::npos);
+  }
+  EXPECT_NE(describe_twin(reference, twins[0]).find("instead of"), std::string::npos);
+  EXPECT_NE(describe_twin(reference, twins[0]).find("halved"), std::string::npos);
+  EXPECT_EQ(describe_twin(reference, twins[1]).find("instead of"), std::string::npos);
+  EXPECT_NE(describe_twin(reference, twins[1]).find("quartered"), std::string::npos);
   // Another library than the reference's own, whichever that is.
   for (ops::CpuBlas own : {ops::CpuBlas::kOpenBlas, ops::CpuBlas::kOneDnn, ops::CpuBlas::kBlis}) {
     if (!ops::cpu_blas_built(own)) continue;
     config::RunConfig r = bf16_cpu();
     r.device.blas = own;
-    const std::optional<config::RunConfig> t = twin_reference(r);
-    ASSERT_TRUE(t.has_value()) << describe_twin(r, r);
-    EXPECT_NE(t->device.blas, own);
+    const std::vector<config::RunConfig> t = twin_references(r);
+    ASSERT_EQ(t.size(), 2u) << describe_twin(r, r);
+    EXPECT_NE(t[0].device.blas, own);
   }
 }
 
@@ -65,10 +76,37 @@ TEST(VerifyFloor, MovedIsTheDifferenceOverTheReferencesMovement) {
   EXPECT_EQ(compare_parameters(layout, reference, {}, 0).params[1].moved, 0);  // no initial values: not measured
 }
 
-TEST(VerifyFloor, FloorIsTheTwinsLargestAndATensorPassesEitherWay) {
-  ParamComparison twin;
-  twin.params = {{"a", 4, 1e-4, 2e-3, 0.02}, {"b", 4, 1e-4, 1e-3, 0.05}, {"c", 4, 0, 0, 0}};
-  const NoiseFloor f = noise_floor(twin, 3e-5, "device.blas openblas instead of onednn", 3);
+TEST(VerifyFloor, FloorIsTheLargestOverEveryPairOfRunsAndATensorPassesEitherWay) {
+  // Three runs of one tensor from 0: the reference moves to 1, twin 1 ends 0.02 from it, twin 2 0.05 the other way, so
+  // the twins are 0.07 apart: the floor is that pair's, not either twin's against the reference.
+  const ParameterMap initial = {{"w", {0.0f, 0.0f}}};
+  const ParameterMap reference = {{"w", {1.0f, 0.5f}}};
+  const std::vector<ParameterMap> twins = {{{"w", {1.0f, 0.52f}}}, {{"w", {1.0f, 0.45f}}}};
+  const std::vector<FloorPair> pairs = floor_pairs(reference, initial, twins, {}, 0);
+  ASSERT_EQ(pairs.size(), 3u);
+  EXPECT_EQ(pairs[0].runs, "the reference and twin 1");
+  EXPECT_NEAR(pairs[0].largest, 0.02, 1e-6);
+  EXPECT_NEAR(pairs[1].largest, 0.05, 1e-6);
+  EXPECT_EQ(pairs[2].runs, "twins 1 and 2");
+  EXPECT_NEAR(pairs[2].largest, 0.07, 1e-6);
+  EXPECT_EQ(pairs[2].worst, "w");
+  const NoiseFloor twins_floor = noise_floor(pairs, 0, {"a", "b"}, 3, 1);
+  EXPECT_NEAR(twins_floor.floor, 0.07, 1e-6);
+  EXPECT_EQ(twins_floor.pair, "twins 1 and 2");
+  // At tp 2 the tolerance is sqrt(2) times tp 1's: a reduced value carries 4 roundings where a reordering's carries 2.
+  const NoiseFloor at_tp2 = noise_floor(pairs, 0, {"a", "b"}, 3, std::sqrt(2.0));
+  EXPECT_NEAR(at_tp2.tolerance(), 3 * std::sqrt(2.0) * 0.07, 1e-6);
+  // A pair with a NaN is the floor's largest and passes nothing, wherever it comes.
+  for (std::size_t at = 0; at < 3; ++at) {
+    std::vector<FloorPair> with_nan = pairs;
+    with_nan[at].largest = std::numeric_limits<double>::quiet_NaN();
+    const NoiseFloor f = noise_floor(with_nan, 0, {"a", "b"}, 3, 1);
+    EXPECT_TRUE(std::isnan(f.floor)) << at;
+    EXPECT_FALSE(tensor_within({"x", 4, 1e-4, 1e-2, 1e-9}, 1e-3, &f)) << at;
+  }
+  const NoiseFloor f = noise_floor({{"the reference and twin 1", 0.02, "a"}, {"the reference and twin 2", 0.05, "b"},
+                                    {"twins 1 and 2", 0.0, "-"}},
+                                   3e-5, {"device.blas openblas instead of onednn", "b"}, 3, 1);
   EXPECT_DOUBLE_EQ(f.floor, 0.05);
   EXPECT_EQ(f.worst, "b");
   EXPECT_DOUBLE_EQ(f.tolerance(), 0.15);
@@ -82,6 +120,32 @@ TEST(VerifyFloor, FloorIsTheTwinsLargestAndATensorPassesEitherWay) {
   EXPECT_FALSE(tensor_within(neither, 1e-3, &f));
   const double nan = std::numeric_limits<double>::quiet_NaN();
   EXPECT_FALSE(tensor_within({"x", 4, nan, nan, nan}, 1e-3, &f));
+}
+
+// AdamW's first update is lr_0 sign(g) everywhere: a flip of one element's sign is 2 lr_0, as a fraction of an
+// element's movement over the run 2 lr_0 / sum of lr. The default optimizer warms up linearly over 10 steps (lr_s
+// proportional to s + 1): 1 step 2, 3 steps 2 / 6, 10 steps 2 / 55; a constant lr over 3 steps 2 / 3; SGD none.
+TEST(VerifyFloor, AdamwFlipFractionIsOneFirstStepSignFlipOfMovementAndTheFloorIsNoLess) {
+  config::OptimizerConfig adamw;
+  ASSERT_EQ(adamw.type, config::OptimizerType::kAdamw);
+  ASSERT_EQ(adamw.warmup_steps, 10);
+  EXPECT_NEAR(adamw_flip_fraction(adamw, 1), 2.0, 1e-12);
+  EXPECT_NEAR(adamw_flip_fraction(adamw, 3), 2.0 / 6, 1e-12);
+  EXPECT_NEAR(adamw_flip_fraction(adamw, 10), 2.0 / 55, 1e-12);
+  config::OptimizerConfig constant = adamw;
+  constant.warmup_steps = 0;
+  constant.schedule = config::LrScheduleType::kConstant;
+  EXPECT_NEAR(adamw_flip_fraction(constant, 3), 2.0 / 3, 1e-12);
+  config::OptimizerConfig sgd = adamw;
+  sgd.type = config::OptimizerType::kSgd;
+  EXPECT_EQ(adamw_flip_fraction(sgd, 3), 0);
+  // The tolerance is multiple x tp_factor x the larger of the pairs' floor and the flip.
+  const NoiseFloor below = noise_floor({{"the reference and twin 1", 0.05, "a"}}, 0, {"a"}, 3, 1, 1.0 / 3);
+  EXPECT_DOUBLE_EQ(below.tolerance(), 1.0);
+  const NoiseFloor above = noise_floor({{"the reference and twin 1", 0.5, "a"}}, 0, {"a"}, 3, 1, 1.0 / 3);
+  EXPECT_DOUBLE_EQ(above.tolerance(), 1.5);
+  const NoiseFloor nan = noise_floor({{"the reference and twin 1", std::nan(""), "a"}}, 0, {"a"}, 3, 1, 1.0 / 3);
+  EXPECT_TRUE(std::isnan(nan.tolerance()));  // a twin that diverged passes nothing, flip or not
 }
 
 TEST(VerifyFloor, PrecisionTwinIsTheReferenceInFp32AndHoldsEachTensorToItsOwnDifference) {

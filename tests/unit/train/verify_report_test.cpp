@@ -74,15 +74,23 @@ TEST(VerifyReport, Bf16FloorIsShownAndAFailureBeyondItIsNotRounding) {
   VerifyOptions options;
   VerifyReport r = report_of(2e-6, 0.0115, true);
   r.params[0].moved = 0.058;
-  r.floor = NoiseFloor{"device.blas openblas instead of onednn", 0.0631, "blocks.2.attn.qkv.weight", 3e-5, 3};
+  r.floor = noise_floor({{"the reference and twin 1", 0.0631, "blocks.2.attn.qkv.weight"},
+                          {"the reference and twin 2", 0.031, "blocks.1.mlp.fc.bias"},
+                          {"twins 1 and 2", 0.05, "embed.position"}},
+                         3e-5, {"device.blas openblas instead of onednn", "attention's sums reordered"}, 3, 1);
   r.params_within = true;
   r.passed = true;
   const std::string passed = format_report(r, options);
   EXPECT_NE(passed.find("of movement"), std::string::npos) << passed;
   EXPECT_NE(passed.find("bf16 noise floor: the reference run again with device.blas openblas instead of onednn"),
             std::string::npos) << passed;
-  EXPECT_NE(passed.find("within 3 x that, 0.189, of its movement: the layout's largest is 0.058"), std::string::npos)
-      << passed;
+  EXPECT_NE(passed.find("(twin 1) and with attention's sums reordered (twin 2)"), std::string::npos) << passed;
+  EXPECT_NE(passed.find("the reference and twin 1 0.0631 (blocks.2.attn.qkv.weight), the reference and twin 2 0.031 "
+                        "(blocks.1.mlp.fc.bias), twins 1 and 2 0.05 (embed.position); the floor is their largest, 0.0631"),
+            std::string::npos) << passed;
+  EXPECT_NE(passed.find("within 3 x 1 x that (--noise-multiple x sqrt((tp + 2) / 2) at tp > 1), 0.189, of its "
+                        "movement: the layout's largest is 0.058"),
+            std::string::npos) << passed;
   EXPECT_NE(passed.find("or the bf16 floor's 0.189 of movement): PASS"), std::string::npos) << passed;
   r.params[0].moved = 0.53;
   r.params_within = false;

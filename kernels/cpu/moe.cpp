@@ -41,9 +41,6 @@ namespace {
 using Partials = detail::f32xN;
 using detail::kLanes;
 
-// Dots of the weight gradient in flight at once per thread.
-constexpr int64_t kDots = 4;
-
 // kLanes values of a row as Partials (bf16 widened exactly): the weight gradient's columns past the last whole F.
 [[gnu::always_inline]] inline Partials load_partials(const float* p) { return detail::load<Partials>(p); }
 [[gnu::always_inline]] inline Partials load_partials(const std::uint16_t* p) { return detail::load_bf16<Partials>(p); }
@@ -66,7 +63,9 @@ using F = detail::f32x8;
 #pragma GCC target("avx512f,avx512bw")
 namespace avx512_path {
 using F = detail::f32x16;
+#define CLEAVE_MOE_AVX512
 #include "kernels/cpu/moe_paths.hpp"
+#undef CLEAVE_MOE_AVX512
 }  // namespace avx512_path
 #pragma GCC pop_options
 
@@ -74,9 +73,11 @@ using F = detail::f32x16;
 #pragma GCC target("avx512f,avx512bw,avx512bf16")
 namespace avx512_bf16_path {
 using F = detail::f32x16;
+#define CLEAVE_MOE_AVX512
 #define CLEAVE_MOE_BF16_INSN
 #include "kernels/cpu/moe_paths.hpp"
 #undef CLEAVE_MOE_BF16_INSN
+#undef CLEAVE_MOE_AVX512
 }  // namespace avx512_bf16_path
 #pragma GCC pop_options
 

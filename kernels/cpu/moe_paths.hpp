@@ -111,6 +111,54 @@ template <class V>  // F (a template, so the widths not taken are discarded)
   }
 }
 
+#if defined(CLEAVE_MOE_AVX512)
+// 32 bf16 columns as two F, widened exactly by an in-lane unpack against zero (each value to the top half of its
+// 32-bit lane; no cross-lane widening, no shift): lo holds the column groups of 4 numbered 0, 2, 4, 6 in its blocks,
+// hi 1, 3, 5, 7.
+[[gnu::always_inline]] inline void load_pair(const std::uint16_t* p, F& lo, F& hi) {
+  const __m512i x = _mm512_loadu_si512(p);
+  lo = __builtin_bit_cast(F, _mm512_unpacklo_epi16(_mm512_setzero_si512(), x));
+  hi = __builtin_bit_cast(F, _mm512_unpackhi_epi16(_mm512_setzero_si512(), x));
+}
+
+// The packed loop over 2·kWidth columns at a time of bf16 rows (kLanes 4, kPack 4): load_pair's halves multiplied,
+// each half's blocks transposed, and the transposed vectors added in column order (groups 0, 1, 2, ..., 7).
+// Returns the first column not added.
+template <class Dy, class Src>
+[[gnu::always_inline]] inline int64_t add_pairs(const Dy* const* g, const Src* const* s, F* acc, int64_t d) {
+  int64_t c = 0;
+  if constexpr (std::is_same_v<Dy, std::uint16_t> && std::is_same_v<Src, std::uint16_t> && kPack == 4) {
+    for (; c + 2 * kWidth <= d; c += 2 * kWidth) {
+#pragma GCC unroll 4
+      for (int64_t h = 0; h < kChains; ++h) {
+        F lo[kPack], hi[kPack], tlo[kPack], thi[kPack];
+#pragma GCC unroll 4
+        for (int64_t b = 0; b < kPack; ++b) {
+          F glo, ghi, slo, shi;
+          load_pair(g[h * kPack + b] + c, glo, ghi);
+          load_pair(s[h * kPack + b] + c, slo, shi);
+          lo[b] = glo * slo;
+          hi[b] = ghi * shi;
+        }
+        transpose_blocks(lo, tlo);
+        transpose_blocks(hi, thi);
+#pragma GCC unroll 4
+        for (int64_t m = 0; m < kPack; ++m) {
+          acc[h] += tlo[m];
+          acc[h] += thi[m];
+        }
+      }
+    }
+  }
+  return c;
+}
+#else
+template <class Dy, class Src>
+[[gnu::always_inline]] inline int64_t add_pairs(const Dy* const*, const Src* const*, F*, int64_t) {
+  return 0;
+}
+#endif
+
 // dweight[i] for i in [first, first + count), count <= kGroupDots, each in moe.hpp's order (the unused dots repeat
 // the first and are not stored): the columns of whole F packed (transpose_blocks), then each dot's partials taken
 // out of its block for the columns of whole Partials past them, the partials added in lane order, then the tail.
@@ -126,7 +174,7 @@ template <class Dy, class Src>
   }
   F acc[kChains];
   for (int64_t h = 0; h < kChains; ++h) acc[h] = F{};
-  int64_t c = 0;
+  int64_t c = add_pairs(g, s, acc, d);
   for (; c + kWidth <= d; c += kWidth) {
 #pragma GCC unroll 4
     for (int64_t h = 0; h < kChains; ++h) {

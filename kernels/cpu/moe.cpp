@@ -8,9 +8,11 @@
 // registers as it is loaded and a bf16 output narrowed in registers as it is stored, so bf16 rows move at the speed
 // of their bytes rather than through scalar conversion into an f32 row buffer (issue 39: 3-4x the roofline before;
 // benchmarks/kernels/RESULTS-2026-11-30-d-moe-routing-bf16.md). The unscaled gather between rows of one dtype is a
-// row copy. The weight gradient keeps moe.hpp's kLanes partial sums on every path (a wider vector's products added
-// kLanes lanes at a time) with kDots dots in flight, so their additions' latency overlaps. No path contracts a multiply
-// and an add into an FMA (fp-contract=off, as gelu.cpp): every path gives the same bits
+// row copy. The weight gradient keeps moe.hpp's kLanes partial sums on every path: a wider vector holds several dots'
+// partials side by side, its products' blocks transposed across those dots so that one vector add takes kLanes columns
+// of each (moe_paths.hpp's dot_group; on AVX-512, 8 dots in flight and bf16 rows widened 32 columns at a time by
+// in-lane unpacks; benchmarks/kernels/RESULTS-2026-11-30-k-moe-combine-grad.md). No path contracts a multiply and an
+// add into an FMA (fp-contract=off, as gelu.cpp): every path gives the same bits
 // (MoeKernels.EveryIsaPathGivesTheBitsOfTheScalarOrder).
 #include "kernels/cpu/moe.hpp"
 

@@ -3,6 +3,8 @@
 // bodies included, takes the path's instruction set). No include guard, on purpose. The includer defines before it:
 //   F                    the path's float vector (the build's f32xN baseline, f32x8 AVX2, f32x16 AVX-512), at least
 //                        as wide as the weight gradient's Partials (f32xN);
+//   CLEAVE_MOE_AVX512    (on the AVX-512 paths) widen bf16 with AVX-512 instructions (vpmovzxwd; the weight
+//                        gradient's in-lane unpacks, 32 columns at a time);
 //   CLEAVE_MOE_BF16_INSN (optional) narrow with AVX-512 BF16's vcvtneps2bf16 instead of the integer rounding.
 // Invariant: every path gives moe.hpp's bits. vcvtneps2bf16 rounds as float_to_bf16 does (to nearest even, NaN to
 // the quiet NaN of its top half) except that it flushes a subnormal input to zero: a vector holding one takes the

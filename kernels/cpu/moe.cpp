@@ -8,9 +8,11 @@
 // registers as it is loaded and a bf16 output narrowed in registers as it is stored, so bf16 rows move at the speed
 // of their bytes rather than through scalar conversion into an f32 row buffer (issue 39: 3-4x the roofline before;
 // benchmarks/kernels/RESULTS-2026-11-30-d-moe-routing-bf16.md). The unscaled gather between rows of one dtype is a
-// row copy. The weight gradient keeps moe.hpp's kLanes partial sums on every path (a wider vector's products added
-// kLanes lanes at a time) with kDots dots in flight, so their additions' latency overlaps. No path contracts a multiply
-// and an add into an FMA (fp-contract=off, as gelu.cpp): every path gives the same bits
+// row copy. The weight gradient keeps moe.hpp's kLanes partial sums on every path: a wider vector holds several dots'
+// partials side by side, its products' blocks transposed across those dots so that one vector add takes kLanes columns
+// of each (moe_paths.hpp's dot_group; on AVX-512, 8 dots in flight and bf16 rows widened 32 columns at a time by
+// in-lane unpacks; benchmarks/kernels/RESULTS-2026-11-30-k-moe-combine-grad.md). No path contracts a multiply and an
+// add into an FMA (fp-contract=off, as gelu.cpp): every path gives the same bits
 // (MoeKernels.EveryIsaPathGivesTheBitsOfTheScalarOrder).
 #include "kernels/cpu/moe.hpp"
 
@@ -41,9 +43,6 @@ namespace {
 using Partials = detail::f32xN;
 using detail::kLanes;
 
-// Dots of the weight gradient in flight at once per thread.
-constexpr int64_t kDots = 4;
-
 // kLanes values of a row as Partials (bf16 widened exactly): the weight gradient's columns past the last whole F.
 [[gnu::always_inline]] inline Partials load_partials(const float* p) { return detail::load<Partials>(p); }
 [[gnu::always_inline]] inline Partials load_partials(const std::uint16_t* p) { return detail::load_bf16<Partials>(p); }
@@ -66,7 +65,9 @@ using F = detail::f32x8;
 #pragma GCC target("avx512f,avx512bw")
 namespace avx512_path {
 using F = detail::f32x16;
+#define CLEAVE_MOE_AVX512
 #include "kernels/cpu/moe_paths.hpp"
+#undef CLEAVE_MOE_AVX512
 }  // namespace avx512_path
 #pragma GCC pop_options
 
@@ -74,9 +75,11 @@ using F = detail::f32x16;
 #pragma GCC target("avx512f,avx512bw,avx512bf16")
 namespace avx512_bf16_path {
 using F = detail::f32x16;
+#define CLEAVE_MOE_AVX512
 #define CLEAVE_MOE_BF16_INSN
 #include "kernels/cpu/moe_paths.hpp"
 #undef CLEAVE_MOE_BF16_INSN
+#undef CLEAVE_MOE_AVX512
 }  // namespace avx512_bf16_path
 #pragma GCC pop_options
 

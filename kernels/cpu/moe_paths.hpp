@@ -3,6 +3,8 @@
 // bodies included, takes the path's instruction set). No include guard, on purpose. The includer defines before it:
 //   F                    the path's float vector (the build's f32xN baseline, f32x8 AVX2, f32x16 AVX-512), at least
 //                        as wide as the weight gradient's Partials (f32xN);
+//   CLEAVE_MOE_AVX512    (on the AVX-512 paths) widen bf16 with AVX-512 instructions (vpmovzxwd; the weight
+//                        gradient's in-lane unpacks, 32 columns at a time);
 //   CLEAVE_MOE_BF16_INSN (optional) narrow with AVX-512 BF16's vcvtneps2bf16 instead of the integer rounding.
 // Invariant: every path gives moe.hpp's bits. vcvtneps2bf16 rounds as float_to_bf16 does (to nearest even, NaN to
 // the quiet NaN of its top half) except that it flushes a subnormal input to zero: a vector holding one takes the
@@ -12,7 +14,17 @@ constexpr int64_t kWidth = static_cast<int64_t>(sizeof(F) / 4);
 
 // kWidth values of a row as F (bf16 widened exactly), and F stored (bf16 narrowed to nearest even).
 [[gnu::always_inline]] inline F load_row(const float* p) { return detail::load<F>(p); }
-[[gnu::always_inline]] inline F load_row(const std::uint16_t* p) { return detail::load_bf16<F>(p); }
+[[gnu::always_inline]] inline F load_row(const std::uint16_t* p) {
+#if defined(CLEAVE_MOE_AVX512)
+  // One vpmovzxwd from memory and a shift (the generic widening splits the load into 256-bit halves: 6 operations).
+  const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  // The zero-masked form with every lane kept: the unmasked intrinsics read an undefined vector that GCC 12 warns of.
+  const __m512i wide = _mm512_maskz_cvtepu16_epi32(static_cast<__mmask16>(0xffff), half);
+  return __builtin_bit_cast(F, __builtin_bit_cast(detail::u32x16, wide) << 16);
+#else
+  return detail::load_bf16<F>(p);
+#endif
+}
 [[gnu::always_inline]] inline void store_row(float* p, F v) { detail::store(p, v); }
 [[gnu::always_inline]] inline void store_row(std::uint16_t* p, F v) {
   using V = detail::IntVectors<kWidth>;
@@ -64,54 +76,129 @@ template <class In, class Out>
   }
 }
 
-// acc += each group of kLanes lanes of p, lowest first (moe.hpp's partial sums: column c into lane c mod kLanes).
+// The weight gradient's packing: kPack dots side by side in one F (block b, lanes [b·kLanes, (b+1)·kLanes): dot b's
+// kLanes partial sums, moe.hpp's order), kChains such vectors in flight so their additions' latency overlaps:
+// kGroupDots dots per group (4 on baseline and AVX2, 8 on AVX-512 with 4-lane partials).
+constexpr int64_t kPack = kWidth / kLanes;
+constexpr int64_t kChains = kPack == 1 ? 4 : 2;
+constexpr int64_t kGroupDots = kPack * kChains;
+static_assert(kPack * kLanes == kWidth && (kPack == 1 || kPack == 2 || kPack == 4), "F is 1, 2 or 4 Partials");
+
+// The kPack product vectors' blocks transposed: block b of out[m] is block m of p[b] (dot b's columns
+// [m·kLanes, (m+1)·kLanes) of this F), so adding out[0], out[1], ... in turn adds each dot's products kLanes lanes at
+// a time, lowest first: column c into partial c mod kLanes, in column order. One vector add per kLanes columns of
+// kPack dots, where adding each dot's blocks apart took an extract and an add per block.
 template <class V>  // F (a template, so the widths not taken are discarded)
-[[gnu::always_inline]] inline Partials add_parts(Partials acc, V p) {
-  if constexpr (sizeof(V) == sizeof(Partials)) {
-    return acc + p;
-  } else if constexpr (sizeof(V) == 2 * sizeof(Partials) && sizeof(Partials) == 16) {
-    acc += __builtin_shufflevector(p, p, 0, 1, 2, 3);
-    return acc + __builtin_shufflevector(p, p, 4, 5, 6, 7);
-  } else if constexpr (sizeof(V) == 4 * sizeof(Partials)) {
-    acc += __builtin_shufflevector(p, p, 0, 1, 2, 3);
-    acc += __builtin_shufflevector(p, p, 4, 5, 6, 7);
-    acc += __builtin_shufflevector(p, p, 8, 9, 10, 11);
-    return acc + __builtin_shufflevector(p, p, 12, 13, 14, 15);
+[[gnu::always_inline]] inline void transpose_blocks(const V* p, V* out) {
+  if constexpr (kPack == 1) {
+    out[0] = p[0];
+  } else if constexpr (kPack == 2 && kWidth == 8) {
+    out[0] = __builtin_shufflevector(p[0], p[1], 0, 1, 2, 3, 8, 9, 10, 11);
+    out[1] = __builtin_shufflevector(p[0], p[1], 4, 5, 6, 7, 12, 13, 14, 15);
+  } else if constexpr (kPack == 2) {
+    static_assert(sizeof(V) == 64);
+    out[0] = __builtin_shufflevector(p[0], p[1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    out[1] = __builtin_shufflevector(p[0], p[1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
   } else {
-    static_assert(sizeof(V) == 2 * sizeof(Partials) && sizeof(Partials) == 32);
-    acc += __builtin_shufflevector(p, p, 0, 1, 2, 3, 4, 5, 6, 7);
-    return acc + __builtin_shufflevector(p, p, 8, 9, 10, 11, 12, 13, 14, 15);
+    static_assert(sizeof(V) == 64 && sizeof(V) == 4 * sizeof(Partials));
+    // u0 = [p0.0 p0.1 p1.0 p1.1], u1 = [p0.2 p0.3 p1.2 p1.3], u2 and u3 the same of p2 and p3 (blocks of 4).
+    const V u0 = __builtin_shufflevector(p[0], p[1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    const V u1 = __builtin_shufflevector(p[0], p[1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    const V u2 = __builtin_shufflevector(p[2], p[3], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    const V u3 = __builtin_shufflevector(p[2], p[3], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    out[0] = __builtin_shufflevector(u0, u2, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+    out[1] = __builtin_shufflevector(u0, u2, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    out[2] = __builtin_shufflevector(u1, u3, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+    out[3] = __builtin_shufflevector(u1, u3, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
   }
 }
 
-// dweight[i] for i in [first, first + count), count <= kDots: kDots dots side by side, so their additions' latency
-// overlaps (the unused ones repeat the first and are not stored), each in moe.hpp's order.
+#if defined(CLEAVE_MOE_AVX512)
+// 32 bf16 columns as two F, widened exactly by an in-lane unpack against zero (each value to the top half of its
+// 32-bit lane; no cross-lane widening, no shift): lo holds the column groups of 4 numbered 0, 2, 4, 6 in its blocks,
+// hi 1, 3, 5, 7.
+[[gnu::always_inline]] inline void load_pair(const std::uint16_t* p, F& lo, F& hi) {
+  const __m512i x = _mm512_loadu_si512(p);
+  lo = __builtin_bit_cast(F, _mm512_unpacklo_epi16(_mm512_setzero_si512(), x));
+  hi = __builtin_bit_cast(F, _mm512_unpackhi_epi16(_mm512_setzero_si512(), x));
+}
+
+// The packed loop over 2·kWidth columns at a time of bf16 rows (kLanes 4, kPack 4): load_pair's halves multiplied,
+// each half's blocks transposed, and the transposed vectors added in column order (groups 0, 1, 2, ..., 7).
+// Returns the first column not added.
+template <class Dy, class Src>
+[[gnu::always_inline]] inline int64_t add_pairs(const Dy* const* g, const Src* const* s, F* acc, int64_t d) {
+  int64_t c = 0;
+  if constexpr (std::is_same_v<Dy, std::uint16_t> && std::is_same_v<Src, std::uint16_t> && kPack == 4) {
+    for (; c + 2 * kWidth <= d; c += 2 * kWidth) {
+#pragma GCC unroll 4
+      for (int64_t h = 0; h < kChains; ++h) {
+        F lo[kPack], hi[kPack], tlo[kPack], thi[kPack];
+#pragma GCC unroll 4
+        for (int64_t b = 0; b < kPack; ++b) {
+          F glo, ghi, slo, shi;
+          load_pair(g[h * kPack + b] + c, glo, ghi);
+          load_pair(s[h * kPack + b] + c, slo, shi);
+          lo[b] = glo * slo;
+          hi[b] = ghi * shi;
+        }
+        transpose_blocks(lo, tlo);
+        transpose_blocks(hi, thi);
+#pragma GCC unroll 4
+        for (int64_t m = 0; m < kPack; ++m) {
+          acc[h] += tlo[m];
+          acc[h] += thi[m];
+        }
+      }
+    }
+  }
+  return c;
+}
+#else
+template <class Dy, class Src>
+[[gnu::always_inline]] inline int64_t add_pairs(const Dy* const*, const Src* const*, F*, int64_t) {
+  return 0;
+}
+#endif
+
+// dweight[i] for i in [first, first + count), count <= kGroupDots, each in moe.hpp's order (the unused dots repeat
+// the first and are not stored): the columns of whole F packed (transpose_blocks), then each dot's partials taken
+// out of its block for the columns of whole Partials past them, the partials added in lane order, then the tail.
 template <class Dy, class Src>
 [[gnu::always_inline]] inline void dot_group(const Dy* dy, const Src* src, const std::int32_t* rows, float* dweight,
                                              int64_t first, int64_t count, int64_t k, int64_t d) {
-  const Dy* g[kDots];
-  const Src* s[kDots];
-  Partials acc[kDots];
-  for (int64_t q = 0; q < kDots; ++q) {
+  const Dy* g[kGroupDots];
+  const Src* s[kGroupDots];
+  for (int64_t q = 0; q < kGroupDots; ++q) {
     const int64_t i = first + (q < count ? q : 0);
     g[q] = dy + (i / k) * d;
     s[q] = src + static_cast<int64_t>(rows[i]) * d;
-    acc[q] = Partials{};
   }
-  int64_t c = 0;
+  F acc[kChains];
+  for (int64_t h = 0; h < kChains; ++h) acc[h] = F{};
+  int64_t c = add_pairs(g, s, acc, d);
   for (; c + kWidth <= d; c += kWidth) {
 #pragma GCC unroll 4
-    for (int64_t q = 0; q < kDots; ++q) acc[q] = add_parts(acc[q], load_row(g[q] + c) * load_row(s[q] + c));
-  }
-  for (; c + kLanes <= d; c += kLanes) {
+    for (int64_t h = 0; h < kChains; ++h) {
+      F p[kPack], t[kPack];
 #pragma GCC unroll 4
-    for (int64_t q = 0; q < kDots; ++q) {
-      acc[q] += load_partials(g[q] + c) * load_partials(s[q] + c);
+      for (int64_t b = 0; b < kPack; ++b) p[b] = load_row(g[h * kPack + b] + c) * load_row(s[h * kPack + b] + c);
+      transpose_blocks(p, t);
+#pragma GCC unroll 4
+      for (int64_t m = 0; m < kPack; ++m) acc[h] += t[m];
     }
+  }
+  float packed[kChains * kWidth];  // dot q's partials at [q·kLanes, (q+1)·kLanes)
+  __builtin_memcpy(packed, acc, sizeof packed);
+  Partials part[kGroupDots];
+  for (int64_t q = 0; q < kGroupDots; ++q) part[q] = detail::load<Partials>(packed + q * kLanes);
+  for (; c + kLanes <= d; c += kLanes) {
+#pragma GCC unroll 8
+    for (int64_t q = 0; q < kGroupDots; ++q) part[q] += load_partials(g[q] + c) * load_partials(s[q] + c);
   }
   for (int64_t q = 0; q < count; ++q) {
     float sum = 0.0f;
-    for (int64_t l = 0; l < kLanes; ++l) sum += acc[q][l];
+    for (int64_t l = 0; l < kLanes; ++l) sum += part[q][l];
     for (int64_t t = c; t < d; ++t) sum += detail::to_f32(g[q][t]) * detail::to_f32(s[q][t]);
     dweight[first + q] = sum;
   }
@@ -136,7 +223,7 @@ __attribute__((optimize("fp-contract=off"))) void combine(const In* src, const s
 template <class Dy, class Src>
 __attribute__((optimize("fp-contract=off"))) void weight_grad(const Dy* dy, const Src* src, const std::int32_t* rows,
                                                               float* dweight, int64_t tokens, int64_t k, int64_t d) {
-  const int64_t dots = tokens * k, groups = (dots + kDots - 1) / kDots;
+  const int64_t dots = tokens * k, groups = (dots + kGroupDots - 1) / kGroupDots;
   CLEAVE_PARALLEL_FOR(b, groups, detail::worth_parallel(dots * d),
-    dot_group(dy, src, rows, dweight, b * kDots, std::min(kDots, dots - b * kDots), k, d);)
+    dot_group(dy, src, rows, dweight, b * kGroupDots, std::min(kGroupDots, dots - b * kGroupDots), k, d);)
 }

@@ -2,9 +2,9 @@
 // that performs moe.hpp's order of operations element by element (the kernels' former scalar path), which every
 // vector path (baseline, AVX2, AVX-512, AVX-512 with AVX-512 BF16 narrowing; those this CPU has) must give bit for bit at 1 and 2 threads, in every
 // dtype combination (f32 and bf16 in and out); and double loops, which that scalar order must approach (so the
-// order itself is checked, not only copied). Shapes: 1, 7, 130 and 300 tokens (300 x 2 x 130 goes parallel),
-// widths 6 (a tail only), 64 (whole vectors) and 100 (vectors and a tail), top-k 1 and 2, experts left without
-// tokens, with and without scales and weights; inputs hold signed zeros, subnormals and bf16 rounding ties.
+// order itself is checked, not only copied). Shapes: 1, 5, 7, 9, 33, 130 and 300 tokens (300 x 2 x 130 goes parallel),
+// widths 6 (a tail only), 64 (whole vectors), 100 (vectors and a tail), 20, 31 and 52 (kShapes), top-k 1 to 4, experts
+// left without tokens, with and without scales and weights; inputs hold signed zeros, subnormals and bf16 rounding ties.
 #include "kernels/cpu/moe.hpp"
 
 #include <gtest/gtest.h>
@@ -62,8 +62,15 @@ Routing routing(std::int64_t tokens, std::int64_t experts, std::int64_t k, std::
 }
 
 // Random values with every few a signed zero, a subnormal or a value that lies on (or just off) a bf16 rounding tie.
-std::vector<float> awkward(std::size_t n, std::uint64_t seed) {
+// spread: the values scaled by 2^-e, e uniform in [0, 10], so that sums of bf16 products round (products of values
+// of one binade, 8 significant bits each, mostly add exactly, and then no order of the additions could be told apart).
+std::vector<float> awkward(std::size_t n, std::uint64_t seed, bool spread = false) {
   std::vector<float> v = test::random_floats(n, seed);
+  if (spread) {
+    std::mt19937_64 rng(seed ^ 0x5eedu);
+    std::uniform_int_distribution<int> e(0, 10);
+    for (float& x : v) x = std::ldexp(x, -e(rng));
+  }
   const std::uint32_t special[] = {0x00000000u, 0x80000000u, 0x00012345u, 0x80400001u, 0x3f808000u, 0x3f818000u,
                                    0xbf807fffu, 0x00008000u};
   for (std::size_t i = 0; i < n; i += 5) v[i] = std::bit_cast<float>(special[(i / 5) % 8]);
@@ -77,8 +84,8 @@ struct Operand {
   std::vector<float> f32;  // the values the kernel reads, widened
 };
 template <class T>
-Operand<T> operand(std::size_t n, std::uint64_t seed) {
-  const std::vector<float> v = awkward(n, seed);
+Operand<T> operand(std::size_t n, std::uint64_t seed, bool spread = false) {
+  const std::vector<float> v = awkward(n, seed, spread);
   if constexpr (std::is_same_v<T, float>) {
     return {v, v};
   } else {
@@ -196,8 +203,8 @@ template <class Dy, class Src>
 void check_weight_grad(const Shape& s, std::uint64_t seed) {
   const std::int64_t experts = 8, r = s.tokens * s.k;
   const Routing route = routing(s.tokens, experts, s.k, seed);
-  const Operand<Dy> dy = operand<Dy>(static_cast<std::size_t>(s.tokens * s.d), seed + 4);
-  const Operand<Src> src = operand<Src>(static_cast<std::size_t>(r * s.d), seed + 5);
+  const Operand<Dy> dy = operand<Dy>(static_cast<std::size_t>(s.tokens * s.d), seed + 4, true);
+  const Operand<Src> src = operand<Src>(static_cast<std::size_t>(r * s.d), seed + 5, true);
   std::vector<float> want(static_cast<std::size_t>(r));
   std::vector<double> exact(want.size());
   for (std::int64_t i = 0; i < r; ++i) {
@@ -222,7 +229,11 @@ void check_weight_grad(const Shape& s, std::uint64_t seed) {
   omp_set_num_threads(2);
 }
 
-const Shape kShapes[] = {{1, 6, 1}, {1, 64, 2}, {7, 100, 2}, {7, 6, 2}, {130, 64, 1}, {130, 100, 2}, {300, 130, 2}};
+// The weight gradient's packed loops (moe_paths.hpp: 4 or 8 dots a group, 32 bf16 columns at a time on AVX-512, then
+// one vector, then up to 3 whole partial vectors, then the tail) meet each of their exits: 20 = 16 + 4, 31 = 16 + 12 + 3,
+// 52 = 32 + 16 + 4; 14, 27 and 33 dots leave a group partly used; k 3 puts a group's dots across tokens unevenly.
+const Shape kShapes[] = {{1, 6, 1},   {1, 64, 2},    {7, 100, 2},   {7, 6, 2},   {130, 64, 1},
+                         {130, 100, 2}, {300, 130, 2}, {9, 52, 3}, {5, 20, 4}, {33, 31, 1}};
 
 TEST(MoeKernels, EveryIsaPathGivesTheBitsOfTheScalarOrder) {
   std::uint64_t seed = 100;

@@ -8,7 +8,10 @@
 // (rewritten in place, StepStats::routing a view of them); tensor storage printed (the experts' rows follow the routing, so a size not cached yet
 // takes a new block); oneDNN's execute is printed, not asserted. A per-GEMM allocation, a Storage made with
 // make_shared, a string built per layer call, a stash list or an executor map node made afresh each micro-batch, a
-// trainer's vector per step fails it. CLEAVE_HEAP_SITES=N prints the largest sites too.
+// trainer's vector per step fails it. The *_traced_run cases (GPT, MoE) count three steps inside a whole
+// Trainer::train with train.trace on and metrics.jsonl written, so the measured timeline's spans and the metrics row
+// are held to the same zero (a timeline list or a JSON object per step fails them). CLEAVE_HEAP_SITES=N prints the
+// largest sites too.
 // C allocations (malloc and kin, c_alloc_counter.cpp) are printed by owner beside them, oneDNN's own outside its
 // execute apart; the kernel layer's are asserted zero. SteadyStateHeapOps holds the op seam's oneDNN GEMMs, grouped
 // ones with row counts changing every call included, to no operator new of ours and a bounded count of oneDNN memory

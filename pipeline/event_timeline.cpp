@@ -15,6 +15,11 @@ double host_now_us() {
 
 }  // namespace
 
+void EventTimeline::reserve(std::size_t actions) {
+  spans_.reserve(actions);
+  at_us_.reserve(2 * actions + 1);
+}
+
 void EventTimeline::begin(const ops::Context& ctx) {
   ctx_ = &ctx;
   used_ = 0;
@@ -44,25 +49,24 @@ void EventTimeline::add_pair(const Action& first, const Action& second, int star
   spans_.push_back({second, start, end, first_share, 1.0, waits});
 }
 
-std::vector<TimedAction> EventTimeline::finish() {
+void EventTimeline::finish(std::vector<TimedAction>& out) {
   CLEAVE_ASSERT(ctx_ != nullptr && used_ > 0, "EventTimeline::finish before begin");
   events_[static_cast<std::size_t>(used_ - 1)]->synchronize();
   const ops::DeviceEvent& origin = *events_.front();
-  std::vector<double> at(static_cast<std::size_t>(used_), origin_us_);
+  at_us_.assign(static_cast<std::size_t>(used_), origin_us_);
   for (int k = 1; k < used_; ++k) {
-    at[static_cast<std::size_t>(k)] = origin_us_ + 1e3 * events_[static_cast<std::size_t>(k)]->elapsed_ms_since(origin);
+    at_us_[static_cast<std::size_t>(k)] = origin_us_ + 1e3 * events_[static_cast<std::size_t>(k)]->elapsed_ms_since(origin);
   }
-  std::vector<TimedAction> timeline;
-  timeline.reserve(spans_.size());
+  out.clear();
+  out.reserve(spans_.size());
   for (const Span& s : spans_) {
-    const double a = at[static_cast<std::size_t>(s.start)], b = at[static_cast<std::size_t>(s.end)];
+    const double a = at_us_[static_cast<std::size_t>(s.start)], b = at_us_[static_cast<std::size_t>(s.end)];
     TimedAction t{s.action, a + s.from * (b - a), a + s.to * (b - a), {}};
     for (std::size_t k = 0; k < t.comm_wait.size(); ++k) t.comm_wait[k] = s.waits[k] * (s.to - s.from) * 1e6;  // s -> µs
-    timeline.push_back(t);
+    out.push_back(t);
   }
   spans_.clear();
   ctx_ = nullptr;
-  return timeline;
 }
 
 }  // namespace cleave::pipeline

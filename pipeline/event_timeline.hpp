@@ -7,9 +7,11 @@
 // was recorded, every other mark is that plus its offset on the device's clock. On the CPU an event notes the
 // host clock when recorded, so the timeline reads exactly as host clock readings did; on a GPU the gaps
 // between spans are the stream's idle time (waiting for a peer, the host, or a host-side wait).
-// Events are pooled and reused by later steps: a steady-state step creates none.
+// Events are pooled and reused by later steps, and the spans, the marks' times and the caller's list are kept and
+// refilled: a steady-state step creates no event and allocates nothing (docs/ops.md).
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <vector>
 
@@ -20,6 +22,9 @@ namespace cleave::pipeline {
 
 class EventTimeline {
  public:
+  // Room for a step of `actions` actions (one span each, at most 2 * actions + 1 marks), so even the first step
+  // grows no list; optional (the lists grow as needed and keep their capacity).
+  void reserve(std::size_t actions);
   // Starts a step's timeline on ctx's stream (ctx must outlive finish()).
   void begin(const ops::Context& ctx);
   // Marks the point ctx's stream has reached now; returns the mark's index.
@@ -34,8 +39,9 @@ class EventTimeline {
   // The pair's waits are split in the same proportion (which side blocked is not told apart).
   void add_pair(const Action& first, const Action& second, int start, int end, double first_share,
                 const Waits& waits = {});
-  // Waits for the last mark and returns the booked spans in the order added.
-  std::vector<TimedAction> finish();
+  // Waits for the last mark and writes the booked spans into `out` in the order added (its earlier contents
+  // replaced, its capacity kept).
+  void finish(std::vector<TimedAction>& out);
 
  private:
   struct Span {
@@ -51,6 +57,7 @@ class EventTimeline {
   int used_ = 0;
   double origin_us_ = 0.0;  // host steady clock at mark 0, µs
   std::vector<Span> spans_;
+  std::vector<double> at_us_;  // finish(): each mark's time, µs (kept from step to step)
 };
 
 }  // namespace cleave::pipeline

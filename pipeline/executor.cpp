@@ -43,6 +43,10 @@ Executor::Executor(ExecutorOptions options) : options_(std::move(options)) {
     if (frees_stash(actions[i].kind)) final_weight_action_[actions[i].stage] = i;
   }
   for (P2PBlock& block : p2p_blocks(actions)) blocks_.emplace(block.first, std::move(block));
+  if (options_.record_timeline) {  // one span per action: the step's lists sized once
+    timeline_.reserve(actions.size());
+    step_.outcome.timeline.reserve(actions.size());
+  }
   if (options_.mode == ExecutorMode::kTrain && count_overlapped_pairs(*options_.schedule) > 0) {
     pair_ = std::make_unique<OverlapPair>(options_.context->device);
   }
@@ -314,7 +318,7 @@ void Executor::run_compute(const Action& a, std::size_t i, int& start, StepState
 
 void Executor::finish_step(StepState& step) {
   for (auto& work : works_) work->wait();
-  if (options_.record_timeline) step.outcome.timeline = timeline_.finish();
+  if (options_.record_timeline) timeline_.finish(step.outcome.timeline);
   const auto in_flight = [](const auto& slots) {
     return std::any_of(slots.begin(), slots.end(), [](const auto& s) {
       if constexpr (std::is_same_v<std::decay_t<decltype(s)>, Tensor>) return s.defined();

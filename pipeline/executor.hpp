@@ -36,7 +36,8 @@
 //  - A steady-state step allocates nothing of the executor's own (docs/ops.md): the tensors in flight sit in
 //    slots by (stage, micro-batch) and the fetched data in slots by micro-batch, all sized at construction; the
 //    op and receive lists of a communication block and the step's outcome are members, cleared (not remade)
-//    each time, so after the first step they keep their capacity. (A recorded timeline still allocates.)
+//    each time, so after the first step they keep their capacity; so are a recorded timeline's spans (reserved
+//    for the rank's action count at construction) and the outcome's timeline, refilled in place.
 #pragma once
 
 #include <chrono>
@@ -106,7 +107,8 @@ class Executor {
   explicit Executor(ExecutorOptions options);
   // Runs this rank's action list once over batch `batch` (the training step, or the evaluation batch), which
   // the data callback receives. The outcome is the executor's own, valid until the next run_step (its vectors
-  // are reused from step to step; a caller may take one, which the next step then remakes).
+  // are reused from step to step; a caller may take one, which the next step then remakes, or swap one of its own
+  // in, whose capacity the next step reuses).
   StepOutcome& run_step(std::int64_t batch);
 
  private:

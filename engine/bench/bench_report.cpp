@@ -15,7 +15,10 @@ using nlohmann::json;
 template <typename T, typename F>
 std::string joined(const std::vector<T>& values, F format) {
   std::string out;
-  for (const auto& v : values) out += (out.empty() ? "" : " ") + format(v);
+  for (const auto& v : values) {
+    if (!out.empty()) out += ' ';
+    out += format(v);
+  }
   return out;
 }
 

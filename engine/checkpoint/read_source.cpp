@@ -40,7 +40,8 @@ std::string command_with(const std::vector<std::string>& words, const std::strin
   for (const std::string& w : words) {
     const bool here = !replaced && w == from;
     replaced = replaced || here;
-    out += (out.empty() ? "" : " ") + shell_word(here ? to : w);
+    if (!out.empty()) out += ' ';
+    out += shell_word(here ? to : w);
   }
   return out;
 }

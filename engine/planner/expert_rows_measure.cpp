@@ -97,13 +97,7 @@ partition::MeasuredExpertRows measure_shard(const partition::BlockSpec& block, i
       }
     }
   }
-  std::vector<double> x(out.rows.begin(), out.rows.end());
-  std::array<std::pair<double, double>, 3> fit;
-  for (std::size_t pass = 0; pass < 3; ++pass) {
-    std::vector<double> y;
-    for (const auto& runs : times[pass]) y.push_back(upper_median(runs));
-    fit[pass] = fit_intercept_slope(x, y);
-  }
+  const auto fit = fit_passes(std::vector<double>(out.rows.begin(), out.rows.end()), times);
   out.intercept = {fit[0].first, fit[1].first, fit[2].first};
   out.per_row = {fit[0].second, fit[1].second, fit[2].second};
   return out;
@@ -126,6 +120,17 @@ std::pair<double, double> fit_intercept_slope(const std::vector<double>& x, cons
   double xy = 0, xx = 0;
   for (std::size_t i = 0; i < x.size(); ++i) xy += x[i] * y[i], xx += x[i] * x[i];
   return {0.0, std::max(0.0, xy / xx)};
+}
+
+std::vector<std::pair<double, double>> fit_passes(const std::vector<double>& x,
+                                                  std::span<const std::vector<std::vector<double>>> times) {
+  std::vector<std::pair<double, double>> fits;
+  for (const auto& levels : times) {
+    std::vector<double> y;
+    for (const auto& runs : levels) y.push_back(upper_median(runs));
+    fits.push_back(fit_intercept_slope(x, y));
+  }
+  return fits;
 }
 
 void measure_expert_rows(partition::MeasuredCosts& costs, const partition::ModelSpec& spec,

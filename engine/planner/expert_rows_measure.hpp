@@ -9,6 +9,10 @@
 // one all-reduce at the end); no block is built; the block table is not touched.
 #pragma once
 
+#include <span>
+#include <utility>
+#include <vector>
+
 #include "engine/comm/communicator.hpp"
 #include "engine/planner/profile_measure.hpp"
 #include "partition/measured_costs.hpp"
@@ -23,5 +27,11 @@ void measure_expert_rows(partition::MeasuredCosts& costs, const partition::Model
 // would be negative (noise on a steep line), the line through the origin, a = 0 and b = Σxy / Σx² (≥ 0). Returns
 // {a, b}, both ≥ 0 for y ≥ 0.
 std::pair<double, double> fit_intercept_slope(const std::vector<double>& x, const std::vector<double>& y);
+
+// The fits of a measurement's passes: times[pass][level] holds the timed runs of one pass at level x[level]; each
+// pass's upper median per level (median.hpp) fitted over x by fit_intercept_slope. Returns {a, b} per pass, in order.
+// measure_expert_rows and measure_host_routing (host_routing_measure.hpp) fit their passes this way.
+std::vector<std::pair<double, double>> fit_passes(const std::vector<double>& x,
+                                                  std::span<const std::vector<std::vector<double>>> times);
 
 }  // namespace cleave::planner

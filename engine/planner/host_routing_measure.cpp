@@ -11,7 +11,6 @@
 #include "engine/core/rng.hpp"
 #include "engine/core/tensor.hpp"
 #include "engine/planner/expert_rows_measure.hpp"
-#include "engine/planner/median.hpp"
 #include "engine/planner/stopwatch.hpp"
 #include "layers/moe/router.hpp"
 
@@ -67,13 +66,7 @@ partition::MeasuredHostRouting measure_one(const layers::RouterOptions& router, 
     }
   }
   CLEAVE_CHECK(std::isfinite(sink), "profile: the timed routing's results are not finite ({})", sink);
-  std::vector<double> x(out.tokens.begin(), out.tokens.end());
-  std::array<std::pair<double, double>, 2> fit;
-  for (std::size_t pass = 0; pass < 2; ++pass) {
-    std::vector<double> y;
-    for (const auto& runs : times[pass]) y.push_back(upper_median(runs));
-    fit[pass] = fit_intercept_slope(x, y);
-  }
+  const auto fit = fit_passes(std::vector<double>(out.tokens.begin(), out.tokens.end()), times);
   out.intercept = {fit[0].first, fit[1].first, 0.0};
   out.per_token = {fit[0].second, fit[1].second, 0.0};
   return out;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "engine/config/config.hpp"
+#include "engine/train/json_line.hpp"
 
 namespace cleave::train {
 
@@ -90,7 +91,9 @@ class MetricsWriter {
 
   // {"step": .., "loss": .., "lr": .., "grad_norm": .., "tokens_per_s": .., "tflops_per_rank": .., "mfu": ..,
   //  "step_ms": .., "peak_bytes": .., "nonfinite_steps": .., "skipped_steps": .., <counts>..., <extra>...}; mfu
-  // only when known; the counts as integers; other non-finite numbers as null (JSON has no NaN).
+  // only when known; the counts as integers; other non-finite numbers as null (JSON has no NaN). The names in
+  // counts and extra are distinct from each other and from the fixed fields. Formatted into a kept buffer
+  // (json_line.hpp): a steady-state step's row allocates nothing.
   void write(const StepMetrics& metrics);
   const std::string& path() const { return path_; }
 
@@ -99,6 +102,7 @@ class MetricsWriter {
   std::FILE* file_ = nullptr;
   long complete_bytes_ = 0;  // file size after the last complete row
   bool failed_ = false;
+  JsonLine row_;  // the row being written (its buffer kept from row to row)
 };
 
 class ProgressPrinter {

@@ -184,9 +184,10 @@ RunOutputs open_run_outputs(const RankSetup& s, const TrainOptions& options, con
   return out;
 }
 
-// The metrics row of a step's numbers (the counts and extra fields are added by the loop).
-StepMetrics metrics_row(const StepStats& stats) {
-  StepMetrics m;
+// The metrics row of a step's numbers, written over the loop's kept row `m` (the counts and extra fields are added
+// by the loop): the routing fields are assigned over the previous step's, whose strings keep their capacity, so a
+// steady-state step's row allocates nothing (docs/ops.md).
+void fill_metrics_row(const StepStats& stats, StepMetrics& m) {
   m.step = stats.step + 1;
   m.loss = stats.loss;
   m.lr = stats.lr;
@@ -196,8 +197,8 @@ StepMetrics metrics_row(const StepStats& stats) {
   m.mfu = stats.mfu;
   m.step_ms = stats.step_ms;
   m.peak_bytes = stats.peak_bytes;
+  m.counts.clear();
   m.extra.assign(stats.routing.begin(), stats.routing.end());
-  return m;
 }
 
 // The first row after a resume marks where the run resumed; after cleave run's restart, the restart's start-up,
@@ -230,13 +231,14 @@ void check_not_diverged(const StepStats& stats, std::int64_t nonfinite_in_a_row,
 // The step loop from `start` to train.steps: each step's metrics row, evaluation and checkpoint cadence, the
 // divergence check, the save-and-stop request; the run ends when its last checkpoint is committed.
 TrainSummary run_steps(Trainer& trainer, Trainer::Impl& impl, const StartPoint& start, RunOutputs& out,
-                       const std::string& checkpoints) {
+                       const std::string& checkpoints, const TrainOptions& options) {
   const auto& cfg = impl.setup.config;
   const bool reports = impl.setup.reports();
   std::int64_t nonfinite_in_a_row = 0;
   TrainSummary summary;
   // Every step's stats, listed once (no regrowth in the loop); the metrics row and its line are the run's output.
   summary.steps.reserve(static_cast<std::size_t>(std::max<std::int64_t>(cfg.train.steps - start.step, 0)));
+  StepMetrics m;  // the row, refilled each step (fill_metrics_row)
   for (std::int64_t step = start.step; step < cfg.train.steps; ++step) {
     const StepStats stats = trainer.step(step);
     summary.steps.push_back(stats);
@@ -247,7 +249,7 @@ TrainSummary run_steps(Trainer& trainer, Trainer::Impl& impl, const StartPoint& 
                 impl.committed_in_step->second);
     }
     impl.committed_in_step.reset();
-    StepMetrics m = metrics_row(stats);
+    fill_metrics_row(stats, m);
     const bool finite = std::isfinite(stats.loss) && std::isfinite(stats.grad_norm);
     nonfinite_in_a_row = finite ? 0 : nonfinite_in_a_row + 1;
     out.counts.nonfinite_steps += finite ? 0 : 1;
@@ -287,6 +289,7 @@ TrainSummary run_steps(Trainer& trainer, Trainer::Impl& impl, const StartPoint& 
       summary.stopped = true;
       break;
     }
+    if (options.after_step) options.after_step(step + 1);
   }
   if (impl.pending_save) impl.commit_pending_save();  // the run ends when its last checkpoint is committed
   return summary;
@@ -343,7 +346,7 @@ TrainSummary Trainer::train(const TrainOptions& options) {
   s.allocator->reset_peak();
 
   try {
-    summary = run_steps(*this, impl, start, out, checkpoints);
+    summary = run_steps(*this, impl, start, out, checkpoints, options);
   } catch (const std::exception&) {
     impl.pending_save.reset();  // joins its writer; an error it never reported is logged
     // A run that fails (diverges, loses its disk, a peer's error) still gets its page, of the steps it finished,

@@ -96,7 +96,8 @@ StepStats Trainer::step(std::int64_t step) {
   pipeline::StepOutcome& outcome = s.executor->run_step(step);
   ops::check_device_status(s.setup.context);  // bad token ids / targets a GPU kernel recorded (CPU: no-op)
   s.staged_batches.clear();  // check_device_status waited for the stream: the uploads have finished
-  if (s.setup.config.train.trace) s.last_timeline = std::move(outcome.timeline);
+  // Swapped, not moved: the executor refills the previous step's list in place next step (no allocation).
+  if (s.setup.config.train.trace) std::swap(s.last_timeline, outcome.timeline);
   const StepTailResult tail = s.tail.finish();
 
   const double loss = s.global_mean_loss(outcome);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -86,6 +87,10 @@ struct TrainOptions {
   // whatever checkpoint.interval and checkpoint.save_final say, so its checkpoint.dir is checked at start as any
   // saving run's is (writable, not a file, not another run's).
   bool save_on_signal = false;
+  // Called on every rank at the end of each step of train()'s loop (its metrics row written, its checkpoint, if
+  // any, taken) with the steps done so far; may be empty. Instrumentation only: the steady-state heap test counts
+  // the allocations of the loop's steps between two calls (tests/e2e/steady_state_heap_test.cpp).
+  std::function<void(std::int64_t steps_done)> after_step;
 };
 
 class Trainer {

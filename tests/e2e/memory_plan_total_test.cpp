@@ -17,6 +17,7 @@
 // slots; ep 2 and 4 the busiest rank's to 16 B, the others up to +1.32% (rank 3 of ep 4). Before this test the
 // trainer's plan was +1.31% at gpt dp and +1.2-3.1% at ep (the cp 1 attention scratch at the mlp's or the mixture's
 // peak), and 1,024 B under at ep once that was fixed (the routing weights' gradient, workspace, uncounted).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -99,9 +100,8 @@ void check_layout(comm::Communicator& world, const Layout& l, const std::string&
   std::string categories;  // what to read when a total drifts: each category's own peak, measured / planned
   for (int c = 0; c < kNumMemoryCategories; ++c) {
     const auto category = static_cast<MemoryCategory>(c);
-    categories += " " + std::string(memory_category_name(category)) + " " +
-                  std::to_string(trainer.memory_stats().peak_of(category)) + "/" +
-                  std::to_string(plan.bytes[static_cast<std::size_t>(c)]);
+    categories += fmt::format(" {} {}/{}", memory_category_name(category), trainer.memory_stats().peak_of(category),
+                              plan.bytes[static_cast<std::size_t>(c)]);
   }
   std::printf("[ memory ] %s by category, measured/planned B:%s\n", where.c_str(), categories.c_str());
   // The planner's: one figure for the layout (the busiest rank's), against the largest measured peak.

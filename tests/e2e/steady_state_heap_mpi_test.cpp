@@ -1,13 +1,14 @@
 // The steady-state rule (docs/ops.md, "No heap allocation in the CPU kernel layer", "Multi-rank") under mpiexec -n 2:
 // after three warm-up steps, three training steps of small models at dp2 (ZeRO 0 and 3, GPT and Llama), pp2 (1F1B
-// and ZB-V), cp2 (ring and all_to_all, GPT and Llama) and ep2 (a small MoE) make no heap allocation (global operator
+// and ZB-V; 1F1B also with train.trace, its measured timeline recorded every step), cp2 (ring and all_to_all, GPT and Llama) and ep2 (a small MoE) make no heap allocation (global operator
 // new, heap_counter.hpp) of the engine's, but for the storage of new sizes on the MoE. Each allocation charged to the
 // engine is charged further to an area (heap::by_owner over the table below: the first area one of its frames
 // names, innermost frame first). Held areas (Hold::kAlways) are asserted zero everywhere: the communicator (its
 // Works, request labels and details, argument checks, batch_p2p and all_to_all_v lists), the optimizer side, the
 // data-parallel side (reduction, ZeRO shards and gathers), context parallelism's layout and exchanges (ring
 // attention, Ulysses' part, buffer and op lists), expert parallelism's plan, dispatch and combine, the MoE layer's
-// host routing, the router metrics, the layers, the pipeline (executor and stage module) and the trainer. On the
+// host routing, the router metrics, the layers, the measured timeline, the pipeline (executor and stage module) and
+// the trainer. On the
 // dense layouts the engine's whole count is exactly the counter's probe (one allocation made on purpose while
 // counting, so a counter that sees nothing cannot pass), but for tensor storage's timing slack: every unnamed rest is
 // at zero, and the storage at most kStorageSlack blocks over the three steps (fewer than one a step, so a block
@@ -56,6 +57,7 @@ const std::vector<heap::Owner>& areas() {
       {kStorageArea, {"cleave::Tensor::", "cleave::Allocator::", "CachingAllocator", "Storage"},
        Hold::kWithoutMoe},
       {"moe layer (host routing)", {"layers::Moe", "layers::route", "router_backward", "balance_over"}, Hold::kAlways},
+      {"measured timeline (train.trace)", {"EventTimeline", "TimedWaiter"}, Hold::kAlways},
       {"pipeline (executor, stage module)", {"cleave::pipeline::"}, Hold::kAlways},
       {"layers", {"cleave::layers::"}, Hold::kAlways},
       {"trainer (data, step end, tail)",
@@ -96,6 +98,7 @@ std::vector<Case> cases() {
       {"dp2 zero0 llama", kLlama, {}},
       {"pp2 1f1b", kGpt, {pp2, "parallel.schedule=1f1b"}},
       {"pp2 zb_v", kGpt, {pp2, "parallel.schedule=zb_v"}},
+      {"pp2 1f1b traced", kGpt, {pp2, "parallel.schedule=1f1b", "train.trace=true"}},  // the timeline every step
       {"cp2 ring", kGpt, {cp2, "parallel.context_parallel_comm=ring"}},
       {"cp2 all_to_all", kGpt, {cp2, "parallel.context_parallel_comm=all_to_all"}},
       {"cp2 all_to_all llama", kLlama, {cp2, "parallel.context_parallel_comm=all_to_all"}},

@@ -8,7 +8,10 @@
 // (rewritten in place, StepStats::routing a view of them); tensor storage printed (the experts' rows follow the routing, so a size not cached yet
 // takes a new block); oneDNN's execute is printed, not asserted. A per-GEMM allocation, a Storage made with
 // make_shared, a string built per layer call, a stash list or an executor map node made afresh each micro-batch, a
-// trainer's vector per step fails it. CLEAVE_HEAP_SITES=N prints the largest sites too.
+// trainer's vector per step fails it. The *_traced_run cases (GPT, MoE) count three steps inside a whole
+// Trainer::train with train.trace on and metrics.jsonl written, so the measured timeline's spans and the metrics row
+// are held to the same zero (a timeline list or a JSON object per step fails them). CLEAVE_HEAP_SITES=N prints the
+// largest sites too.
 // C allocations (malloc and kin, c_alloc_counter.cpp) are printed by owner beside them, oneDNN's own outside its
 // execute apart; the kernel layer's are asserted zero. SteadyStateHeapOps holds the op seam's oneDNN GEMMs, grouped
 // ones with row counts changing every call included, to no operator new of ours and a bounded count of oneDNN memory
@@ -17,8 +20,14 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +67,39 @@ heap::Counts steady_state_allocations(const config::RunConfig& config) {
   return heap::stop();
 }
 
+// The same three steps inside the whole run (Trainer::train): with train.trace on (the measured timeline recorded
+// every step) and metrics.jsonl written, counted from the end of step 3 to the end of step 6 of a 7-step run
+// (TrainOptions::after_step), so the loop's own work per step (the metrics row, the summary's list, the checkpoint
+// and evaluation cadence) is counted with the step. No progress line falls in them (train.log_interval), no
+// checkpoint, no evaluation; the files are written to a directory of this process's own, removed after.
+heap::Counts steady_state_allocations_in_run(const char* model, std::vector<std::string> overrides,
+                                             const std::string& name) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("cleave_heap_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  overrides.insert(overrides.end(), {"train.out_dir=" + dir.string(), "train.trace=true", "train.steps=7",
+                                     "train.log_interval=1000", "train.report=false", "checkpoint.save_final=false"});
+  auto world = make_world();
+  train::Trainer trainer(small_model(model, overrides), *world);
+  heap::Counts counts;
+  train::TrainOptions options;
+  options.after_step = [&counts](std::int64_t steps_done) {
+    if (steps_done == 3) {
+      heap::start();
+      heap::probe();
+    }
+    if (steps_done == 6) counts = heap::stop();
+  };
+  const train::TrainSummary summary = trainer.train(options);
+  EXPECT_TRUE(summary.completed);
+  EXPECT_TRUE(std::filesystem::exists(dir / "trace.json")) << "the run recorded no timeline";
+  std::ifstream metrics(dir / "metrics.jsonl");
+  const auto rows = std::count(std::istreambuf_iterator<char>(metrics), std::istreambuf_iterator<char>(), '\n');
+  EXPECT_EQ(rows, 7) << "metrics.jsonl holds " << rows << " rows, not one per step";
+  std::filesystem::remove_all(dir);
+  return counts;
+}
+
 const char* kMoe = R"({"type": "moe", "vocab_size": 64, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
                        "seq_len": 32, "ffn_hidden_size": 48, "n_experts": 4, "top_k": 2, "router": "softmax",
                        "normalize_top_k": true, "aux_loss_coef": 0.01})";
@@ -73,6 +115,7 @@ struct Case {
   const char* model;
   std::vector<std::string> overrides;
   bool moe = false;  // a mixture-of-experts model: the owners held kWithoutMoe are printed, not asserted
+  bool whole_run = false;  // counted inside Trainer::train, train.trace on and metrics written
 };
 
 std::vector<Case> training_cases() {
@@ -98,6 +141,11 @@ std::vector<Case> training_cases() {
       }
     }
   }
+  // The whole run with its per-step outputs: the measured timeline and the metrics row (the MoE's with its routing
+  // fields, whose names pass std::string's in-place buffer).
+  const std::vector<std::string> fp32 = {"device.precision=fp32", "device.blas=openblas"};
+  cases.push_back({"gpt_traced_run", kGpt, fp32, /*moe=*/false, /*whole_run=*/true});
+  cases.push_back({"moe_traced_run", kMoe, fp32, /*moe=*/true, /*whole_run=*/true});
   return cases;
 }
 
@@ -130,6 +178,10 @@ const std::vector<heap::Owner>& owners() {
        {"layers::Moe", "layers::route", "router_backward", "balance_over", "layers::RouterLog", "layers::SharedExpert",
         "layers::forced_for_tokens", "balance_exchange"},
        Hold::kAlways},
+      {"measured timeline (train.trace: spans, marks' times, the trainer's copy)", {"EventTimeline", "TimedWaiter"},
+       Hold::kAlways},
+      {"metrics row (train loop: the row, its JSON text)", {"MetricsWriter", "JsonLine", "fill_metrics_row"},
+       Hold::kAlways},
       {"pipeline executor (slots, lists, outcome)", {"cleave::pipeline::"}, Hold::kAlways},
       // reduce_doubles is named by its caller: the step end's is the trainer's, the router metrics' theirs.
       {"trainer (data, step end, tail)",
@@ -145,7 +197,8 @@ class SteadyStateHeapTraining : public ::testing::TestWithParam<Case> {};
 // unnamed rest at zero). MoE: every held owner at zero or its bound; the storage of new sizes is printed.
 TEST_P(SteadyStateHeapTraining, AllocatesNothingOfOurs) {
   const Case& c = GetParam();
-  const heap::Counts counts = steady_state_allocations(small_model(c.model, c.overrides));
+  const heap::Counts counts = c.whole_run ? steady_state_allocations_in_run(c.model, c.overrides, c.name)
+                                          : steady_state_allocations(small_model(c.model, c.overrides));
   const std::vector<heap::Site> sites = heap::sites();
   std::printf("%s: 3 steps made %s\n", c.name.c_str(), counts.str().c_str());
   if (const std::optional<heap::Counts> c_counts = heap::c_allocations()) {

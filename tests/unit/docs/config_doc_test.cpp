@@ -7,6 +7,7 @@
 // A row is `| `section.key` | type | `default` | meaning |`; the default is the first code span of the third
 // cell, read as JSON (numbers compare by value: `1e-8` matches 1e-08); a default cell without a code span
 // means "unset" and holds only for keys the unresolved config does not write (the batch sizes).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -229,7 +230,7 @@ TEST(ConfigDoc, LlamaDefaultsThatDifferFromGptAreDocumented) {
     if (key == "model.type" || !gpt.count(key) || gpt.at(key) == value) continue;
     ++differing;
     ASSERT_TRUE(rows.count(key)) << key;
-    EXPECT_NE(rows.at(key).default_text.find("`" + value.dump() + "` (llama)"), std::string::npos)
+    EXPECT_NE(rows.at(key).default_text.find(fmt::format("`{}` (llama)", value.dump())), std::string::npos)
         << "docs/config.md:" << rows.at(key).line << ": " << key << " defaults to " << value.dump()
         << " for llama; the row should say `" << value.dump() << "` (llama)";
   }

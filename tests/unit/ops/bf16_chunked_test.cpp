@@ -4,6 +4,7 @@
 // the chunk, a row longer than a chunk, tensors large enough for the OpenMP path), at 1 and 2 threads, with
 // mixed f32/bf16 operands; and a Linear's forward GEMM with bf16 operands and a bf16 C equals the f32-C GEMM
 // plus the bias in f32, narrowed once.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <array>
@@ -168,8 +169,7 @@ TEST_P(OpsBf16Chunked, LinearForwardAddsTheBiasInF32AndRoundsOnce) {
   const DType bf = DType::kBF16;
   for (const auto& [m, n, k] : {std::array<std::int64_t, 3>{1, 1, 1}, {37, 29, 53}, {1024, 1024, 256},
                                 {3, 4099, 17}}) {
-    const std::string at = " " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
-                           " threads " + std::to_string(GetParam());
+    const std::string at = fmt::format(" {}x{}x{} threads {}", m, n, k, GetParam());
     const Tensor a = tensor_of(random_floats(static_cast<std::size_t>(m * k), 21), Shape{m, k}, bf);
     const Tensor w = tensor_of(random_floats(static_cast<std::size_t>(n * k), 22), Shape{n, k}, bf);
     const Tensor bias = tensor_of(random_floats(static_cast<std::size_t>(n), 23, 4.0f), Shape{n}, bf);

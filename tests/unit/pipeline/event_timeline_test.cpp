@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "engine/core/error.hpp"
 #include "pipeline/event_timeline.hpp"
@@ -32,7 +33,8 @@ TEST(EventTimeline, SpansAreTheHostIntervalsBetweenMarksInOrder) {
     pipeline::Action backward{pipeline::ActionKind::kBackward, 0, 1};
     timeline.add(forward, a, b);
     timeline.add(backward, c, c);  // a zero-length span (a posted batch's later actions)
-    const auto spans = timeline.finish();
+    std::vector<pipeline::TimedAction> spans = {{}, {}, {}};  // replaced, not appended to
+    timeline.finish(spans);
     const double after = host_now_us();
     ASSERT_EQ(spans.size(), 2u);
     EXPECT_EQ(pipeline::format_action(spans[0].action), pipeline::format_action(forward));
@@ -49,7 +51,8 @@ TEST(EventTimeline, MisuseIsRefused) {
   ops::Context ctx;
   pipeline::EventTimeline timeline;
   EXPECT_THROW(timeline.mark(), InternalError);
-  EXPECT_THROW(timeline.finish(), InternalError);
+  std::vector<pipeline::TimedAction> spans;
+  EXPECT_THROW(timeline.finish(spans), InternalError);
   timeline.begin(ctx);
   const int a = timeline.mark();
   EXPECT_THROW(timeline.add(pipeline::Action{pipeline::ActionKind::kForward, 0, 0}, a, a + 1), InternalError);  // no mark a+1

@@ -131,7 +131,10 @@ TEST(Simulator, BlockingPointToPointPostsWhereMegatronsInterleavedScheduleDoes) 
   costs.blocking_fb_pairs = true;
   const SimulationResult sim = simulate(interleaved_1f1b_schedule(2, 4, 2), costs);
   std::string line;
-  for (const auto& a : sim.lowered.ranks[0]) line += (line.empty() ? "" : " ") + format_action(a);
+  for (const auto& a : sim.lowered.ranks[0]) {
+    if (!line.empty()) line += ' ';
+    line += format_action(a);
+  }
   EXPECT_EQ(line,
             "0F0 0SEND_F0 0F1 0SEND_F1 2RECV_F0 2F0 2SEND_F0 2RECV_F1 2F1 2SEND_F1 2RECV_B0 0F2 2B0 "
             "0SEND_F2 2SEND_B0 2RECV_B1 0F3 2B1 0SEND_F3 2SEND_B1 2RECV_F2 0RECV_B0 2F2 0B0 "

@@ -254,6 +254,16 @@ TEST_F(MeasuredProfile, ExpertRowsRoundTripAndFit) {
   const auto [an, bn] = fit_intercept_slope({1, 2, 4}, {1, 3, 7});
   EXPECT_EQ(an, 0.0);
   EXPECT_NEAR(bn, 35.0 / 21.0, 1e-12);
+  // fit_passes: per pass, each level's upper median (of 3 runs the middle one, of 2 the higher: a time some run took),
+  // then the fit above. Pass 0's medians are 5, 8, 14 (y = 2 + 3x); pass 1's 6, 4, 2 (slope 0, the mean).
+  const std::vector<std::vector<std::vector<double>>> times = {{{9, 5, 1}, {8, 7}, {14, 20, 2}},
+                                                               {{6, 1, 7}, {4, 3}, {2, 2, 2}}};
+  const auto fits = fit_passes({1, 2, 4}, times);
+  ASSERT_EQ(fits.size(), 2u);
+  EXPECT_NEAR(fits[0].first, 2.0, 1e-12);
+  EXPECT_NEAR(fits[0].second, 3.0, 1e-12);
+  EXPECT_NEAR(fits[1].first, 4.0, 1e-12);
+  EXPECT_EQ(fits[1].second, 0.0);
 }
 
 // The host routing's fit (host_routing) and a moe block's routed rows per expert round-trip through the file, are

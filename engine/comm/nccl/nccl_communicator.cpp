@@ -111,6 +111,11 @@ NcclStagingStats NcclCommunicator::staging_stats() const {
   return {stats.capacity_bytes, stats.growths};
 }
 
+NcclPoolStats NcclCommunicator::pool_stats() const {
+  std::lock_guard<std::recursive_mutex> lock(state_->comm_mutex);
+  return {state_->works.made(), state_->events.made()};
+}
+
 void NcclCommunicator::count_host_waits(ops::HostWaits* waits) { state_->host_waits = waits; }
 
 void NcclCommunicator::abort(const std::string& reason) {

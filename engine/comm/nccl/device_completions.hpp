@@ -3,12 +3,13 @@
 // An op posted on a CUDA stream completes on the device: its Work's wait() makes the caller's stream wait for the
 // op's done event and hands the event here, so the host never blocks on it. A thread owned by this object polls
 // the outstanding events (cudaEventQuery, about every millisecond while any is outstanding) and hands each back
-// (`on_fired`: the communicator's EventPool) once it has fired. An event still pending `timeout_s` after its op was posted expires: the thread records it,
-// logs one line at once and calls `on_timeout` (the communicator's ncclCommAbort, so the queued NCCL kernels
-// exit and a host blocked on a stream behind them returns). The full report (which peers do not answer) and
-// MPI_Abort are left to the driving thread, which checks expired() at its next call into the communicator: MPI is
-// driven by one thread. If the driving thread does not come back within a grace period (blocked outside any
-// communicator call), the thread ends the process (exit code kWatchdogExitCode) so the launcher ends the job.
+// (`on_fired`: the communicator's EventPool) once it has fired. An event still pending `timeout_s` after its op
+// was posted expires: the thread records it, logs one line at once and calls `on_timeout` (the communicator's
+// ncclCommAbort, so the queued NCCL kernels exit and a host blocked on a stream behind them returns). The full
+// report (which peers do not answer) and MPI_Abort are left to the driving thread, which checks expired() at its
+// next call into the communicator: MPI is driven by one thread. If the driving thread does not come back within a
+// grace period (blocked outside any communicator call), the thread ends the process (exit code kWatchdogExitCode)
+// so the launcher ends the job.
 //
 // Invariants: the thread never touches a Work, a tensor, an allocator or MPI; it calls CUDA event functions,
 // `on_fired` and `on_timeout` (which must be safe from another thread) and the logger. An op's record is a slot

@@ -89,13 +89,7 @@ MPI_Datatype mpi_type(DType dtype) {
 }
 
 MpiWork::Ptr MpiWork::take(const std::shared_ptr<MpiCommState>& state, const char* op) {
-  std::unique_ptr<MpiWork> work;
-  if (state->idle_works.empty()) {
-    work.reset(new MpiWork());
-  } else {
-    work = std::move(state->idle_works.back());
-    state->idle_works.pop_back();
-  }
+  std::unique_ptr<MpiWork> work = state->idle_works.take([] { return std::unique_ptr<MpiWork>(new MpiWork()); });
   work->state_ = state;
   work->op_ = op;
   work->done_ = false;
@@ -129,7 +123,7 @@ void MpiWork::recycle() noexcept {
   failed_ = false;
   // The state may go with this last reference, and this Work with its pool: nothing of *this is touched after.
   const std::shared_ptr<MpiCommState> state = std::move(state_);
-  state->idle_works.push_back(std::unique_ptr<MpiWork>(this));
+  state->idle_works.give(std::unique_ptr<MpiWork>(this));
 }
 
 void MpiWork::post_p2p(bool send, char* data, std::int64_t count, DType dtype, int peer, int tag, MPI_Comm comm,

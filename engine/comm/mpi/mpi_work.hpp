@@ -29,6 +29,7 @@
 #include "engine/comm/mpi/progress_thread.hpp"
 #include "engine/comm/mpi/watchdog.hpp"
 #include "engine/comm/op_parts.hpp"
+#include "engine/comm/work_pool.hpp"
 
 namespace cleave::comm::detail {
 
@@ -50,7 +51,7 @@ struct MpiCommState {
   std::uint64_t next_seq = 0;  // advanced by every deterministic op, identically on every member
   std::string world_ranks_text;  // format_ranks(world_ranks), for wait notices
   std::vector<const void*> reduce_slots;  // size entries: the rank-ordered reductions' inputs (one thread drives ops)
-  std::vector<std::unique_ptr<MpiWork>> idle_works;  // finished Works kept for the next ops (MpiWork::take)
+  WorkPool<MpiWork> idle_works;  // finished Works kept for the next ops (MpiWork::take, engine/comm/work_pool.hpp)
 
   MpiCommState() = default;
   MpiCommState(const MpiCommState&) = delete;

@@ -21,12 +21,14 @@ constexpr auto kPollInterval = std::chrono::milliseconds(1);
 }
 
 DeviceCompletions::DeviceCompletions(int device, double timeout_s, double grace_s, std::string comm_name,
-                                     std::function<void(const std::string&)> on_timeout)
+                                     std::function<void(const std::string&)> on_timeout,
+                                     std::function<void(cudaEvent_t)> on_fired)
     : device_(device),
       timeout_s_(timeout_s),
       grace_s_(grace_s),
       comm_name_(std::move(comm_name)),
       on_timeout_(std::move(on_timeout)),
+      on_fired_(std::move(on_fired)),
       thread_([this] { run(); }) {}
 
 DeviceCompletions::~DeviceCompletions() {
@@ -36,13 +38,22 @@ DeviceCompletions::~DeviceCompletions() {
   }
   wake_.notify_all();
   thread_.join();
-  for (Pending& p : pending_) cudaEventDestroy(p.done);
+  for (Pending& p : pending_) {
+    if (p.done != nullptr) cudaEventDestroy(p.done);
+  }
 }
 
-void DeviceCompletions::add(cudaEvent_t done, std::string op, std::string details, Clock::time_point posted) {
+void DeviceCompletions::add(cudaEvent_t done, const char* op, const detail::NcclOpDetails& details,
+                            Clock::time_point posted) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    pending_.push_back(Pending{done, std::move(op), std::move(details), posted});
+    auto slot = std::find_if(pending_.begin(), pending_.end(), [](const Pending& p) { return p.done == nullptr; });
+    if (slot == pending_.end()) slot = pending_.emplace(pending_.end());  // all in use: the only growth
+    slot->op = op;
+    slot->details = details;  // copies into the slot's own capacity
+    slot->posted = posted;
+    slot->done = done;
+    ++outstanding_;
   }
   wake_.notify_all();
 }
@@ -61,25 +72,29 @@ std::optional<DeviceCompletions::Expired> DeviceCompletions::expired() {
 
 std::size_t DeviceCompletions::outstanding() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return pending_.size();
+  return outstanding_;
 }
 
 std::optional<DeviceCompletions::Expired> DeviceCompletions::poll_locked(Clock::time_point now) {
-  std::optional<Expired> first;
-  auto fired = [&](Pending& p) {
+  const Pending* first = nullptr;
+  for (Pending& p : pending_) {
+    if (p.done == nullptr) continue;
     const cudaError_t status = cleave::cuda::query_event(p.done);  // leaves no not-ready behind
     if (status == cudaSuccess) {
-      cudaEventDestroy(p.done);
-      return true;
+      on_fired_(p.done);
+      p.done = nullptr;
+      --outstanding_;
+      continue;
     }
     // A device error: the op stays outstanding until it times out; a non-sticky one is not left pending here.
     if (status != cudaErrorNotReady) cudaGetLastError();
-    const double age = std::chrono::duration<double>(now - p.posted).count();
-    if (age > timeout_s_ && !first.has_value()) first = Expired{p.op, p.details, age};
-    return false;
-  };
-  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), fired), pending_.end());
-  return first;
+    const bool late = std::chrono::duration<double>(now - p.posted).count() > timeout_s_;
+    if (late && (first == nullptr || p.posted < first->posted)) first = &p;
+  }
+  if (first == nullptr) return std::nullopt;
+  // Formatted here, once: the op has expired and the communicator is about to be aborted.
+  return Expired{first->op, detail::format_details(first->details),
+                 std::chrono::duration<double>(now - first->posted).count()};
 }
 
 void DeviceCompletions::run() {
@@ -98,8 +113,8 @@ void DeviceCompletions::run() {
       wake_.wait(lock, [this] { return stop_; });
       break;
     }
-    if (pending_.empty()) {
-      wake_.wait(lock, [this] { return stop_ || !pending_.empty(); });
+    if (outstanding_ == 0) {
+      wake_.wait(lock, [this] { return stop_ || outstanding_ != 0; });
       continue;
     }
     std::optional<Expired> late = poll_locked(Clock::now());

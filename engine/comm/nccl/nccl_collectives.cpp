@@ -1,14 +1,14 @@
 // The NCCL backend's collectives (nccl_communicator.hpp describes the semantics): all_reduce and reduce_scatter by
 // NCCL's own reductions, or in deterministic mode by the rank-ordered exchange and the ordered_reduce kernel;
-// all_gather and broadcast moved as bytes. Each enqueues on the communicator's stream into an NcclWork
-// (nccl_work.hpp). Host tensors take the communicator's MPI mirror instead.
+// all_gather and broadcast moved as bytes. Each enqueues on the communicator's stream into a pooled NcclWork
+// (nccl_work.hpp) whose details are values, formatted only for a report. Host tensors take the communicator's MPI
+// mirror instead.
 //
 // Invariant: the deterministic path sums every element's n contributions in the canonical rank order of
 // engine/core/sum_tree.hpp, so its result is bit-identical to the MPI backend's for the same inputs.
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
-#include <string>
 
 #include "engine/comm/host_reduce.hpp"
 #include "engine/comm/nccl/cuda_check.hpp"
@@ -25,7 +25,7 @@ namespace {
 // Rank-ordered reduction of `count` elements of `input` (n blocks [block_begin(q), block_begin(q+1)) when
 // `gather` is true, else n equal blocks of `count`) into `out`, all enqueued on the comm stream. With
 // gather = true (all_reduce) the results are spread back into every rank's `input` afterwards.
-void deterministic_reduce(NcclCommState& s, const std::string& op_name, DType dtype, ReduceOp op, char* input,
+void deterministic_reduce(NcclCommState& s, const char* op_name, DType dtype, ReduceOp op, char* input,
                           std::int64_t total, char* out, bool gather) {
   const int n = s.size;
   const int r = s.rank;
@@ -95,8 +95,8 @@ WorkPtr NcclCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, con
   NcclCommState& s = *state_;
   std::lock_guard<std::recursive_mutex> lock(s.comm_mutex);
   cleave::cuda::DeviceGuard guard(s.device);
-  auto work = std::make_unique<NcclWork>(state_, "all_reduce",
-                                         fmt::format("{}, {}", detail::describe(tensor), reduce_op_name(op)), stream);
+  NcclWork::Ptr work = NcclWork::take(state_, "all_reduce", stream);
+  work->details().set(detail::NcclOpDetails::Form::kReduce, tensor, op);
   work->keep(tensor);
   if (s.options.deterministic && is_floating(tensor.dtype()) && s.size > 1) {
     detail::deterministic_reduce(s, "all_reduce", tensor.dtype(), op, detail::bytes(tensor), tensor.numel(), nullptr,
@@ -122,8 +122,8 @@ WorkPtr NcclCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor&
   NcclCommState& s = *state_;
   std::lock_guard<std::recursive_mutex> lock(s.comm_mutex);
   cleave::cuda::DeviceGuard guard(s.device);
-  auto work = std::make_unique<NcclWork>(
-      state_, "reduce_scatter", fmt::format("{} per rank, {}", detail::describe(output), reduce_op_name(op)), stream);
+  NcclWork::Ptr work = NcclWork::take(state_, "reduce_scatter", stream);
+  work->details().set(detail::NcclOpDetails::Form::kReducePerRank, output, op);
   work->keep(input);
   work->keep(output);
   if (s.options.deterministic && is_floating(input.dtype()) && s.size > 1) {
@@ -147,8 +147,8 @@ WorkPtr NcclCommunicator::all_gather_impl(const Tensor& input, const Tensor& out
   NcclCommState& s = *state_;
   std::lock_guard<std::recursive_mutex> lock(s.comm_mutex);
   cleave::cuda::DeviceGuard guard(s.device);
-  auto work = std::make_unique<NcclWork>(state_, "all_gather",
-                                         fmt::format("{} per rank", detail::describe(input)), stream);
+  NcclWork::Ptr work = NcclWork::take(state_, "all_gather", stream);
+  work->details().set(detail::NcclOpDetails::Form::kPerRank, input);
   work->keep(input);
   work->keep(output);
   // Moved as bytes (u16 has no NCCL type); in place when input == output + rank * count, as NCCL allows.
@@ -165,8 +165,8 @@ WorkPtr NcclCommunicator::broadcast_impl(const Tensor& tensor, int root, const S
   NcclCommState& s = *state_;
   std::lock_guard<std::recursive_mutex> lock(s.comm_mutex);
   cleave::cuda::DeviceGuard guard(s.device);
-  auto work = std::make_unique<NcclWork>(state_, "broadcast",
-                                         fmt::format("{}, root rank {}", detail::describe(tensor), root), stream);
+  NcclWork::Ptr work = NcclWork::take(state_, "broadcast", stream);
+  work->details().set(detail::NcclOpDetails::Form::kRoot, tensor, ReduceOp::kSum, root);
   work->keep(tensor);
   CLEAVE_NCCL_CHECK(
       ncclBroadcast(tensor.raw_data(), tensor.raw_data(), tensor.nbytes(), ncclInt8, root, s.comm, s.stream));

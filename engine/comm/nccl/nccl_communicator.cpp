@@ -111,6 +111,11 @@ NcclStagingStats NcclCommunicator::staging_stats() const {
   return {stats.capacity_bytes, stats.growths};
 }
 
+NcclPoolStats NcclCommunicator::pool_stats() const {
+  std::lock_guard<std::recursive_mutex> lock(state_->comm_mutex);
+  return {state_->works.made(), state_->events.made()};
+}
+
 void NcclCommunicator::count_host_waits(ops::HostWaits* waits) { state_->host_waits = waits; }
 
 void NcclCommunicator::abort(const std::string& reason) {
@@ -148,7 +153,7 @@ WorkPtr NcclCommunicator::barrier_impl(const Stream& stream) {
   NcclCommState& s = *state_;
   std::lock_guard<std::recursive_mutex> lock(s.comm_mutex);
   cleave::cuda::DeviceGuard guard(s.device);
-  auto work = std::make_unique<NcclWork>(state_, "barrier", "", stream);
+  NcclWork::Ptr work = NcclWork::take(state_, "barrier", stream);
   CLEAVE_NCCL_CHECK(ncclAllReduce(s.barrier_word, s.barrier_word, 1, ncclInt32, ncclSum, s.comm, s.stream));
   s.wait_ready(s.comm, "barrier");
   work->enqueued();
@@ -161,16 +166,11 @@ WorkPtr NcclCommunicator::batch_p2p_impl(std::span<const P2POp> ops, const Strea
   NcclCommState& s = *state_;
   std::lock_guard<std::recursive_mutex> lock(s.comm_mutex);
   cleave::cuda::DeviceGuard guard(s.device);
-  std::string details = fmt::format("{} ops:", ops.size());
-  for (const P2POp& op : ops) {
-    details += fmt::format(" {} rank {} (world {}) ({}),", op.kind == P2PKind::kSend ? "send to" : "recv from",
-                           op.peer, s.mpi->world_ranks()[static_cast<std::size_t>(op.peer)],
-                           detail::describe(op.tensor));
-  }
-  details.pop_back();
-  auto work = std::make_unique<NcclWork>(state_, "batch_p2p", details, stream);
+  NcclWork::Ptr work = NcclWork::take(state_, "batch_p2p", stream);
+  const std::vector<int>& world = s.mpi->world_ranks();
   detail::NcclGroup group;
   for (const P2POp& op : ops) {
+    work->details().add_peer(op.kind == P2PKind::kSend, op.peer, world[static_cast<std::size_t>(op.peer)], op.tensor);
     work->keep(op.tensor);
     if (op.kind == P2PKind::kSend) {
       CLEAVE_NCCL_CHECK(ncclSend(op.tensor.raw_data(), op.tensor.nbytes(), ncclInt8, op.peer, s.comm, s.stream));

@@ -61,6 +61,13 @@ struct NcclStagingStats {
   std::int64_t growths = 0;
 };
 
+// The per-op pools (nccl_work.hpp): Works and done events made so far, each only when every one made was in
+// flight; constant in a steady-state step.
+struct NcclPoolStats {
+  std::size_t works_made = 0;
+  std::size_t events_made = 0;
+};
+
 namespace detail {
 struct NcclCommState;
 }
@@ -88,6 +95,7 @@ class NcclCommunicator final : public Communicator {
   // Ops completed on the device whose events the watchdog thread has not yet seen fire (tests).
   std::size_t outstanding_device_works() const;
   NcclStagingStats staging_stats() const;
+  NcclPoolStats pool_stats() const;
 
   // Counts host-mode waits (wait() that blocks the host) as ops::HostWait::kCommunication.
   void count_host_waits(ops::HostWaits* waits) override;

@@ -1,7 +1,7 @@
 // The NCCL backend's shared pieces (nccl_work.hpp): a communicator's state (abort, finalize, the timeout report,
 // polling a non-blocking call) and NcclWork's completion on the device or on the host. Invariant: no host wait
 // outlasts train.comm_timeout_s: every poll serves the liveness probe and ends the job through the watchdog,
-// naming the op and the group, once the timeout has passed.
+// naming the op and the group, once the timeout has passed. The Works and their events are pooled (nccl_work.hpp).
 #include "engine/comm/nccl/nccl_work.hpp"
 
 #include <algorithm>
@@ -23,9 +23,13 @@ cudaStream_t caller_stream(const Stream& stream) {
 
 }  // namespace
 
+NcclCommState::NcclCommState() = default;
+
 NcclCommState::~NcclCommState() {
-  completions.reset();  // stops the watchdog thread before the communicator goes
+  completions.reset();  // stops the watchdog thread before the communicator goes (it destroys its own events)
+  works.clear();        // idle: they hold neither the state nor an event
   cleave::cuda::DeviceGuard guard(device, std::nothrow);
+  events.clear();
   if (comm != nullptr && !aborted) {
     // Flush outstanding work; a peer that is gone must not hold up the destructor past the timeout.
     ncclResult_t state = ncclCommFinalize(comm);
@@ -60,8 +64,9 @@ void NcclCommState::abort_comm(const std::string& reason) {
 DeviceCompletions& NcclCommState::device_completions() {
   if (completions == nullptr) {
     // Grace for the driving thread to report an expiry: as long as a liveness probe of the peers could take.
-    completions = std::make_unique<DeviceCompletions>(device, options.timeout_s, std::max(30.0, options.timeout_s),
-                                                      name, [this](const std::string& why) { abort_comm(why); });
+    completions = std::make_unique<DeviceCompletions>(
+        device, options.timeout_s, std::max(30.0, options.timeout_s), name,
+        [this](const std::string& why) { abort_comm(why); }, [this](cudaEvent_t fired) { events.give(fired); });
   }
   return *completions;
 }
@@ -82,14 +87,16 @@ void NcclCommState::expire(const std::string& op, const std::string& details, do
   watchdog_expire(*mpi->probe(), timeout_context(op, details), elapsed_s, [this] { abort_comm("watchdog timeout"); });
 }
 
-void NcclCommState::wait_ready(ncclComm_t target, const std::string& op) {
+void NcclCommState::wait_ready(ncclComm_t target, std::string_view op) {
   ncclResult_t state = ncclInProgress;
   CLEAVE_NCCL_CHECK(ncclCommGetAsyncError(target, &state));
   PollBackoff backoff;
   while (state == ncclInProgress) {
     if (backoff.slow_tick()) {
       mpi->probe()->serve();
-      if (backoff.elapsed_s() > options.timeout_s) expire(op, "waiting for NCCL to accept the call", backoff.elapsed_s());
+      if (backoff.elapsed_s() > options.timeout_s) {
+        expire(std::string(op), "waiting for NCCL to accept the call", backoff.elapsed_s());
+      }
     }
     backoff.pause();
     CLEAVE_NCCL_CHECK(ncclCommGetAsyncError(target, &state));
@@ -102,37 +109,59 @@ void NcclCommState::wait_ready(ncclComm_t target, const std::string& op) {
   }
 }
 
-NcclWork::NcclWork(std::shared_ptr<NcclCommState> state, std::string op, std::string details, const Stream& stream)
-    : state_(std::move(state)),
-      op_(std::move(op)),
-      details_(std::move(details)),
-      caller_(caller_stream(stream)),
-      device_side_(!state_->host_completion && stream.device().is_cuda() && stream.native() != nullptr),
-      posted_(std::chrono::steady_clock::now()) {
-  state_->surface();
-  if (state_->aborted) {
-    throw BackendError(fmt::format("{} on nccl comm '{}': the communicator was aborted ({})", op_, state_->name,
-                                   state_->abort_reason));
+NcclWork::Ptr NcclWork::take(const std::shared_ptr<NcclCommState>& state, const char* op, const Stream& stream) {
+  Ptr work(state->works.take([] { return std::unique_ptr<NcclWork>(new NcclWork()); }).release());
+  // Complete (so dropping it on a throw below just returns it to the pool) until the op is set up.
+  work->state_ = state;
+  work->op_ = op;
+  work->caller_ = caller_stream(stream);
+  work->device_side_ = !state->host_completion && stream.device().is_cuda() && stream.native() != nullptr;
+  work->posted_ = std::chrono::steady_clock::now();
+  state->surface();
+  if (state->aborted) {
+    throw BackendError(fmt::format("{} on nccl comm '{}': the communicator was aborted ({})", op, state->name,
+                                   state->abort_reason));
   }
-  CLEAVE_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-  CLEAVE_CUDA_CHECK(cudaEventRecord(state_->ready, caller_stream(stream)));
-  CLEAVE_CUDA_CHECK(cudaStreamWaitEvent(state_->stream, state_->ready, 0));
+  work->done_ = state->events.take();
+  CLEAVE_CUDA_CHECK(cudaEventRecord(state->ready, work->caller_));
+  CLEAVE_CUDA_CHECK(cudaStreamWaitEvent(state->stream, state->ready, 0));
+  work->complete_ = false;
+  return work;
 }
 
 NcclWork::~NcclWork() {
-  if (!complete_ && !failed_) {
-    try {
-      if (device_side_) {
-        hand_off();
-      } else {
-        poll_until_complete();
-      }
-    } catch (const std::exception& e) {
-      log::error("{} on nccl comm '{}' failed while its Work was destroyed: {}", op_, state_->name, e.what());
-      MPI_Abort(MPI_COMM_WORLD, 1);
+  finish_before_release();
+  if (state_ != nullptr) state_->events.give(done_);
+}
+
+void NcclWork::finish_before_release() noexcept {
+  if (complete_ || failed_) return;
+  try {
+    if (device_side_) {
+      hand_off();
+    } else {
+      poll_until_complete();
     }
+  } catch (const std::exception& e) {
+    log::error("{} on nccl comm '{}' failed while its Work was destroyed: {}", op_, state_->name, e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  if (done_ != nullptr) cudaEventDestroy(done_);
+}
+
+void NcclWork::recycle() noexcept {
+  finish_before_release();
+  // Fired (complete on the host), or its op failed and the communicator is aborted; null once handed off.
+  state_->events.give(done_);
+  done_ = nullptr;
+  keep_.clear();
+  details_.clear();
+  op_ = "";
+  caller_ = nullptr;
+  complete_ = true;
+  failed_ = false;
+  // The state may go with this last reference, and this Work with its pool: nothing of *this is touched after.
+  const std::shared_ptr<NcclCommState> state = std::move(state_);
+  state->works.give(std::unique_ptr<NcclWork>(this));
 }
 
 void NcclWork::enqueued() { CLEAVE_CUDA_CHECK(cudaEventRecord(done_, state_->stream)); }
@@ -163,8 +192,9 @@ bool NcclWork::test() {
   if (query != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
     failed_ = true;
     const ncclResult_t bad = query != ncclSuccess ? query : async;
-    const std::string detail = fmt::format("{} on nccl comm '{}' ({}): {} ({})", op_, state_->name, details_,
-                                           ncclGetErrorString(bad), ncclGetLastError(state_->comm));
+    const std::string detail = fmt::format("{} on nccl comm '{}' ({}): {} ({})", op_, state_->name,
+                                           format_details(details_), ncclGetErrorString(bad),
+                                           ncclGetLastError(state_->comm));
     state_->abort_comm(detail);
     throw BackendError(detail);
   }
@@ -186,7 +216,9 @@ void NcclWork::poll_until_complete() {
   while (!test()) {
     if (backoff.slow_tick()) {
       state_->mpi->probe()->serve();
-      if (backoff.elapsed_s() > state_->options.timeout_s) state_->expire(op_, details_, backoff.elapsed_s());
+      if (backoff.elapsed_s() > state_->options.timeout_s) {
+        state_->expire(op_, format_details(details_), backoff.elapsed_s());
+      }
     }
     backoff.pause();
   }

@@ -5,8 +5,12 @@
 //
 // Invariants: every use of `comm` happens under comm_mutex, so the completions' watchdog thread can abort it at
 // any time; a Work keeps every tensor its op reads or writes alive until it is complete or handed to the device
-// (its caller's stream then waits for the op); a Work destroyed before completion completes it (and aborts the
+// (its caller's stream then waits for the op); a Work dropped before completion completes it (and aborts the
 // job if that fails), so no op outlives its buffers.
+// No heap allocation and no CUDA event created per op once a run is warm: a dropped Work goes back to its state's
+// pool (NcclWork::take, engine/comm/work_pool.hpp) with its vectors' capacity; its done event comes from the
+// state's EventPool and goes back there once it has fired (on the host, or through the watchdog thread); its
+// details are plain values (NcclOpDetails), formatted only for an error or a timeout report.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,19 +18,26 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/comm/mpi/mpi_communicator.hpp"
 #include "engine/comm/mpi/watchdog.hpp"
 #include "engine/comm/nccl/device_completions.hpp"
+#include "engine/comm/nccl/event_pool.hpp"
 #include "engine/comm/nccl/nccl_communicator.hpp"
+#include "engine/comm/nccl/op_details.hpp"
 #include "engine/comm/nccl/stream_scratch.hpp"
 #include "engine/comm/op_parts.hpp"
+#include "engine/comm/work_pool.hpp"
 
 namespace cleave::comm::detail {
+
+class NcclWork;
 
 struct NcclCommState {
   ncclComm_t comm = nullptr;
@@ -51,9 +62,14 @@ struct NcclCommState {
   bool host_completion = false;                   // every wait() blocks the host (debug mode, see the header)
   ops::HostWaits* host_waits = nullptr;           // the run's counter (count_host_waits), not owned
   std::unique_ptr<DeviceCompletions> completions;  // created by the first op completing on the device
+  EventPool events;                                // the ops' done events, reused (event_pool.hpp)
+  WorkPool<NcclWork> works;                        // finished Works kept for the next ops (NcclWork::take)
 
-  // Finalizes `comm` under the watchdog, aborts it if that fails; frees the staging (on `stream`), the stream, event
-  // and barrier word.
+  NcclCommState();
+  NcclCommState(const NcclCommState&) = delete;
+  NcclCommState& operator=(const NcclCommState&) = delete;
+  // Finalizes `comm` under the watchdog, aborts it if that fails; frees the staging (on `stream`), the stream,
+  // events and barrier word.
   ~NcclCommState();
 
   // The first caller aborts; a later one (the timeout report on the driving thread while the watchdog thread is
@@ -72,7 +88,7 @@ struct NcclCommState {
   [[noreturn]] void expire(const std::string& op, const std::string& details, double elapsed_s);
 
   // After a call that may have returned ncclInProgress: poll until the communicator is ready again.
-  void wait_ready(ncclComm_t target, const std::string& op);
+  void wait_ready(ncclComm_t target, std::string_view op);
 };
 
 // Completion: posted on a CUDA stream (and not in host-completion mode) the op completes on the device: wait()
@@ -81,14 +97,20 @@ struct NcclCommState {
 // watchdog, as test() does, and notes one host wait.
 class NcclWork final : public Work {
  public:
-  // Orders the communicator's stream after the work already queued on `stream`; throws if the communicator was
-  // aborted.
-  NcclWork(std::shared_ptr<NcclCommState> state, std::string op, std::string details, const Stream& stream);
+  using Ptr = std::unique_ptr<NcclWork, WorkRelease>;
+  static constexpr std::size_t kReservedTensors = 16;
+
+  // A Work for op `op` (a string literal: kept by pointer) from `state`'s pool, or a new one when none is idle,
+  // with a done event from the state's EventPool. Orders the communicator's stream after the work already queued
+  // on `stream`; throws if the communicator was aborted. Call with comm_mutex held and the device current.
+  static Ptr take(const std::shared_ptr<NcclCommState>& state, const char* op, const Stream& stream);
 
   // An incomplete Work is completed as wait() would, without counting a host wait: on the device (the caller's
   // stream waits for it) or by polling on the host.
   ~NcclWork() override;
 
+  // What the op is, for the reports (set after take(); the Work's own capacity, no allocation).
+  NcclOpDetails& details() { return details_; }
   void keep(const Tensor& t) { keep_.push_back(t); }
   // Marks the end of the op on the communicator's stream.
   void enqueued();
@@ -96,21 +118,28 @@ class NcclWork final : public Work {
   bool test() override;
   void wait() override;
 
+ protected:
+  // Completes the Work if it is not (as the destructor does), gives its event back and the Work to the pool.
+  void recycle() noexcept override;
+
  private:
+  NcclWork() { keep_.reserve(kReservedTensors); }
+  // The destructor's and recycle()'s completion: an error ends the job (no op may outlive its buffers).
+  void finish_before_release() noexcept;
   void poll_until_complete();
   // Device-side completion: the caller's stream waits for the op, the watchdog thread owns the done event from
   // here, and the Work is complete for its caller.
   void hand_off();
 
-  std::shared_ptr<NcclCommState> state_;
-  std::string op_;
-  std::string details_;
+  std::shared_ptr<NcclCommState> state_;  // null while idle in the pool
+  const char* op_ = "";
+  NcclOpDetails details_;
   cudaStream_t caller_ = nullptr;
   bool device_side_ = false;
   std::chrono::steady_clock::time_point posted_;
-  cudaEvent_t done_ = nullptr;
+  cudaEvent_t done_ = nullptr;  // from state_->events while in flight; null once handed to the watchdog
   std::vector<Tensor> keep_;
-  bool complete_ = false;
+  bool complete_ = true;  // an idle Work counts as complete
   bool failed_ = false;
 };
 

@@ -12,6 +12,8 @@
 //  - HostCompletionBlocksAndCounts: with NcclOptions::host_completion, wait() returns only after the gate opened
 //    (a thread opens it after 200 ms), notes one kCommunication wait and leaves no CUDA error pending (a not-ready
 //    event query sets the thread's last error); so does a device op posted with the CPU stream in the default mode.
+//  - StepsAfterTheWarmUpMakeNoWorkAndNoEvent: 8 ops in flight make 8 pooled Works and events; three more such
+//    steps make none, with right results, on the device path and with host completion.
 //  - DISABLED_TimeoutOnTheDeviceIsReported (disabled, as it ends the process by design; run with
 //    --gtest_also_run_disabled_tests by ctest gpu_comm_nccl_watchdog and gpu-check.sh stage nccl-watchdog):
 //    timeout 1 s, the gate shut for 20 s: wait() returns, the watchdog thread aborts the communicator after
@@ -21,6 +23,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -198,6 +201,66 @@ TEST_F(NcclCompletion, HostCompletionBlocksAndCounts) {
   EXPECT_EQ(waits_.count(ops::HostWait::kCommunication), 1) << waits_.str();
   back = download<float>(output);
   EXPECT_EQ(wrong_in_gathered(back.data(), count), 0);
+}
+
+// Pooled Works and done events (engine/comm/nccl/nccl_work.hpp): a step of 8 all_gathers in flight at once (a ring
+// rotation's batch) makes 8 Works and 8 events; three more such steps, each after the watchdog has seen the last
+// one's events fire (device completion) or after the host saw them (host completion), make none, and every step's
+// results are right (outputs poisoned again before each step, on the caller's stream).
+void expect_steady_steps_make_nothing(comm::NcclCommunicator& nccl, const Stream& stream, cudaStream_t user,
+                                      const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                                      float* pinned, const std::function<std::int64_t(const float*)>& wrong_in) {
+  auto step = [&] {
+    std::vector<comm::WorkPtr> works;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      CLEAVE_CUDA_CHECK(cudaMemsetAsync(outputs[i].raw_data(), 0xFF, outputs[i].nbytes(), user));
+    }
+    for (std::size_t i = 0; i < inputs.size(); ++i) works.push_back(nccl.all_gather(inputs[i], outputs[i], stream));
+    for (comm::WorkPtr& w : works) w->wait();
+    works.clear();  // back to the pool
+    std::int64_t wrong = 0;
+    for (const Tensor& out : outputs) {
+      CLEAVE_CUDA_CHECK(cudaMemcpyAsync(pinned, out.raw_data(), out.nbytes(), cudaMemcpyDeviceToHost, user));
+      CLEAVE_CUDA_CHECK(cudaStreamSynchronize(user));
+      wrong += wrong_in(pinned);
+    }
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (nccl.outstanding_device_works() != 0 && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(nccl.outstanding_device_works(), 0u) << "the watchdog thread did not see the done events fire";
+    return wrong;
+  };
+  EXPECT_EQ(step(), 0) << "the warm-up step";
+  const comm::NcclPoolStats warm = nccl.pool_stats();
+  EXPECT_EQ(warm.works_made, inputs.size());
+  EXPECT_EQ(warm.events_made, inputs.size());
+  for (int s = 1; s <= 3; ++s) {
+    EXPECT_EQ(step(), 0) << "step " << s;
+    EXPECT_EQ(nccl.pool_stats().works_made, warm.works_made) << "step " << s << " made a Work";
+    EXPECT_EQ(nccl.pool_stats().events_made, warm.events_made) << "step " << s << " created an event";
+  }
+}
+
+TEST_F(NcclCompletion, StepsAfterTheWarmUpMakeNoWorkAndNoEvent) {
+  for (const bool host_completion : {false, true}) {
+    SCOPED_TRACE(host_completion ? "host completion" : "device completion");
+    if (user_ != nullptr) {
+      CLEAVE_CUDA_CHECK(cudaStreamSynchronize(user_));
+      CLEAVE_CUDA_CHECK(cudaStreamDestroy(user_));
+      user_ = nullptr;
+    }
+    make(kTestTimeoutS, host_completion);
+    const std::int64_t count = 4099;
+    std::vector<Tensor> inputs(8), outputs(8);
+    for (std::size_t i = 0; i < inputs.size(); ++i) gather_buffers(count, inputs[i], outputs[i]);
+    if (pinned_ == nullptr) {
+      CLEAVE_CUDA_CHECK(
+          cudaMallocHost(reinterpret_cast<void**>(&pinned_), static_cast<std::size_t>(outputs[0].nbytes())));
+    }
+    expect_steady_steps_make_nothing(*nccl_, user_stream(), user_, inputs, outputs, pinned_,
+                                     [&](const float* got) { return wrong_in_gathered(got, count); });
+  }
 }
 
 TEST_F(NcclCompletion, DISABLED_TimeoutOnTheDeviceIsReported) {

@@ -96,4 +96,17 @@ template <class F>
   return __builtin_bit_cast(F, widen_vec<typename V::U32, typename V::U16>(half));
 }
 
+// F loaded from f32 values, or widened from bf16 bits as it is loaded (exact): the weight gradients' row loads,
+// written once for both operand dtypes (bias.cpp, layernorm.cpp, rmsnorm.cpp).
+template <class F>
+[[gnu::always_inline]] inline F load_as_f32(const float* p) {
+  F v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class F>
+[[gnu::always_inline]] inline F load_as_f32(const std::uint16_t* p) {
+  return load_bf16<F>(p);
+}
+
 }  // namespace cleave::kernels::cpu::detail

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/vector_isa.hpp"
+
 namespace cleave::kernels::cpu {
 
 // y[r, c] += bias[c], in place.
@@ -16,5 +18,10 @@ void bias_backward(const float* dy, float* dbias, int64_t rows, int64_t cols);
 // The same from a bf16 dy (bit patterns, cast.hpp), widened a row segment at a time: the bits of bias_backward
 // over the widened tensor.
 void bias_backward(const std::uint16_t* dy, float* dbias, int64_t rows, int64_t cols);
+
+// The same on a chosen instruction-set path (tests, benchmarks); every path gives the same bits.
+void bias_add_forward_isa(VectorIsa isa, float* y, const float* bias, int64_t rows, int64_t cols);
+void bias_backward_isa(VectorIsa isa, const float* dy, float* dbias, int64_t rows, int64_t cols);
+void bias_backward_isa(VectorIsa isa, const std::uint16_t* dy, float* dbias, int64_t rows, int64_t cols);
 
 }  // namespace cleave::kernels::cpu

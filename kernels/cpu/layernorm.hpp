@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/vector_isa.hpp"
+
 namespace cleave::kernels::cpu {
 
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
@@ -20,5 +22,10 @@ void layernorm_backward_weight(const float* dy, const float* x, const float* mea
 // function over the widened tensors.
 void layernorm_backward_weight(const std::uint16_t* dy, const std::uint16_t* x, const float* mean, const float* rstd,
                                float* dgamma, float* dbeta, int64_t rows, int64_t cols);
+// The weight gradient on a chosen instruction-set path (tests, benchmarks); every path gives the same bits.
+void layernorm_backward_weight_isa(VectorIsa isa, const float* dy, const float* x, const float* mean,
+                                   const float* rstd, float* dgamma, float* dbeta, int64_t rows, int64_t cols);
+void layernorm_backward_weight_isa(VectorIsa isa, const std::uint16_t* dy, const std::uint16_t* x, const float* mean,
+                                   const float* rstd, float* dgamma, float* dbeta, int64_t rows, int64_t cols);
 
 }  // namespace cleave::kernels::cpu

@@ -35,6 +35,7 @@ using detail::broadcast;
 using detail::f32x16;
 using detail::f32x8;
 using detail::load;
+using detail::load_as_f32;
 using detail::store;
 
 constexpr int64_t kSumLanes = 16;   // a row sum's lane count, on every path
@@ -119,16 +120,6 @@ template <class F, int64_t L, bool kResidual = false>
       dx[c] = v[0];
     }
   }
-}
-
-// F loaded from f32 values, or widened from bf16 bits as it is loaded (exact).
-template <class F>
-[[gnu::always_inline]] inline F load_as_f32(const float* p) {
-  return load<F>(p);
-}
-template <class F>
-[[gnu::always_inline]] inline F load_as_f32(const std::uint16_t* p) {
-  return detail::load_bf16<F>(p);
 }
 
 // acc[0, width) += (dy * x) * rs over the block's rows, in row order (T: float, or uint16_t for bf16 bits widened as

@@ -1,11 +1,16 @@
 // LayerNorm against a double reference (y, mean, rstd), backward_input against the analytic double
 // gradient and finite differences of the kernel's forward, backward_weight against the reference and
-// finite differences in gamma/beta, and its += semantics.
+// finite differences in gamma/beta, and its += semantics; the weight gradient's instruction-set paths and thread
+// counts against the bits of the serial loop that sums each column in row order (f32 and bf16 operands).
 #include "kernels/cpu/layernorm.hpp"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
 
 #include "kernel_test_util.hpp"
 
@@ -112,6 +117,78 @@ TEST_P(KernelLayerNorm, ForwardBackwardMatchReference) {
 INSTANTIATE_TEST_SUITE_P(Kernels, KernelLayerNorm,
                          ::testing::Values(std::pair<int64_t, int64_t>{1, 3}, std::pair<int64_t, int64_t>{7, 13},
                                            std::pair<int64_t, int64_t>{65, 37}, std::pair<int64_t, int64_t>{45, 769}));
+
+// The serial loop the weight gradient's bits are defined by: column c's terms g * (x - mean) * rstd and g added in row
+// order from +0, then added to dgamma and dbeta.
+__attribute__((optimize("fp-contract=off"))) void row_order_weight_sums(const std::vector<float>& dy,
+                                                                         const std::vector<float>& x,
+                                                                         const std::vector<float>& mean,
+                                                                         const std::vector<float>& rstd,
+                                                                         std::vector<float>& dgamma,
+                                                                         std::vector<float>& dbeta, int64_t rows,
+                                                                         int64_t cols) {
+  for (int64_t c = 0; c < cols; ++c) {
+    float acc_gamma = 0.0f;
+    float acc_beta = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float g = dy[r * cols + c];
+      acc_gamma += g * (x[r * cols + c] - mean[r]) * rstd[r];
+      acc_beta += g;
+    }
+    dgamma[c] += acc_gamma;
+    dbeta[c] += acc_beta;
+  }
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Widths below, at and past the 64-column block, row counts that run serially and in parallel, an infinity and a
+// NaN in dy; bf16 operands widened as loaded give the f32 loop's bits over the widened tensors.
+TEST(KernelLayerNormWeight, PathsAndThreadCountsGiveTheRowOrderBits) {
+  EXPECT_TRUE(vector_isa_available(VectorIsa::kBaseline));
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 13}, {9, 63}, {17, 64}, {5, 65}, {300, 127},
+                            {130, 256}, {520, 257}, {40, 1000}}) {
+    auto dy = test::random_floats(static_cast<size_t>(rows * cols), 41, 2.0f);
+    if (rows >= 3) {
+      dy[static_cast<size_t>(cols + cols - 1)] = std::numeric_limits<float>::infinity();
+      dy[static_cast<size_t>(2 * cols)] = std::numeric_limits<float>::quiet_NaN();
+    }
+    const auto x = test::random_floats(dy.size(), 42, 3.0f);
+    const auto mean = test::random_floats(static_cast<size_t>(rows), 43);
+    auto rstd = test::random_floats(static_cast<size_t>(rows), 44);
+    for (float& v : rstd) v = 1.0f + std::fabs(v);
+    const auto dy16 = test::random_bf16(dy.size(), 45, 2.0f);
+    const auto x16 = test::random_bf16(dy.size(), 46, 3.0f);
+    const auto gamma0 = test::random_floats(static_cast<size_t>(cols), 47);
+    const auto beta0 = test::random_floats(static_cast<size_t>(cols), 48);
+    auto want_gamma = gamma0, want_beta = beta0;
+    row_order_weight_sums(dy, x, mean, rstd, want_gamma, want_beta, rows, cols);
+    auto want_gamma16 = gamma0, want_beta16 = beta0;
+    row_order_weight_sums(test::widened(dy16), test::widened(x16), mean, rstd, want_gamma16, want_beta16, rows, cols);
+    EXPECT_GT(test::l2_norm(want_gamma16), 0.0);
+    for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
+      if (!vector_isa_available(isa)) continue;
+      for (int threads : {1, 2, 3}) {
+        const std::string what = "isa " + std::to_string(static_cast<int>(isa)) + ", " + std::to_string(threads) +
+                                 " threads, rows " + std::to_string(rows) + ", cols " + std::to_string(cols);
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        auto gamma = gamma0, beta = beta0, gamma16 = gamma0, beta16 = beta0;
+        layernorm_backward_weight_isa(isa, dy.data(), x.data(), mean.data(), rstd.data(), gamma.data(), beta.data(),
+                                      rows, cols);
+        layernorm_backward_weight_isa(isa, dy16.data(), x16.data(), mean.data(), rstd.data(), gamma16.data(),
+                                      beta16.data(), rows, cols);
+        omp_set_num_threads(saved);
+        EXPECT_TRUE(same_bits(gamma, want_gamma)) << "dgamma, " << what;
+        EXPECT_TRUE(same_bits(beta, want_beta)) << "dbeta, " << what;
+        EXPECT_TRUE(same_bits(gamma16, want_gamma16)) << "bf16 dgamma, " << what;
+        EXPECT_TRUE(same_bits(beta16, want_beta16)) << "bf16 dbeta, " << what;
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace cleave::kernels::cpu

@@ -54,7 +54,8 @@ std::string describe_twin(const config::RunConfig& reference, const config::RunC
 }
 
 FloorPair floor_pair(const ParamComparison& compared, std::string runs) {
-  FloorPair p{std::move(runs)};
+  FloorPair p;
+  p.runs = std::move(runs);
   for (const ParamDifference& d : compared.params) {
     if (std::isnan(p.largest)) break;  // a NaN difference is the largest (it passes no tensor)
     if (std::isnan(d.moved) || d.moved > p.largest) {

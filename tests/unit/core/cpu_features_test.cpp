@@ -45,9 +45,15 @@ TEST(CpuFeatures, DescribesOldAndUnknownCpus) {
 
 TEST(CpuFeatures, ReaderReportsAvx512OnlyWithAvx2) {
   const CpuFeatures here = read_cpu_features();
-  if (here.avx512f) EXPECT_TRUE(here.avx2 && here.avx) << describe_cpu(here);
-  if (here.avx2) EXPECT_TRUE(here.avx) << describe_cpu(here);
-  if (here.vendor.empty()) EXPECT_EQ(cpu_feature_list(here), "none");
+  if (here.avx512f) {
+    EXPECT_TRUE(here.avx2 && here.avx) << describe_cpu(here);
+  }
+  if (here.avx2) {
+    EXPECT_TRUE(here.avx) << describe_cpu(here);
+  }
+  if (here.vendor.empty()) {
+    EXPECT_EQ(cpu_feature_list(here), "none");
+  }
 }
 
 }  // namespace

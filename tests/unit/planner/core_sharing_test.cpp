@@ -140,7 +140,9 @@ TEST_F(CoreSharing, SharedCoresNeverPriceAPlanBelowItsTwinOnMoreCores) {
                                                      (e.choice.global_batch / (e.choice.micro_batch * e.choice.dp))
                                                : 0.0;
       const double waits = transfers * e.core_holder_wait_s;
-      if (e.choice.pp > 1) EXPECT_GT(e.core_holder_wait_s, 0) << e.choice.layout();
+      if (e.choice.pp > 1) {
+        EXPECT_GT(e.core_holder_wait_s, 0) << e.choice.layout();
+      }
       highest = std::max(highest, (e.step_s - waits) / it->second);
       EXPECT_GE(e.step_s, it->second * (1 - 1e-9)) << flops << " FLOP/s: " << e.choice.layout() << " "
                                                    << e.choice.schedule << " zero " << e.choice.zero_label()

@@ -461,7 +461,9 @@ TEST_F(PlanSearch, MemoryTimelinePeaksAtTheMemoryPlansTotal) {
         const std::int64_t activations =
             details.memory_plan[0][static_cast<std::size_t>(MemoryCategory::kActivations)];
         if (cp == 1) activations_cp1 = activations;
-        if (cp > 1) EXPECT_LT(activations, activations_cp1) << what;  // a cp rank's share
+        if (cp > 1) {
+          EXPECT_LT(activations, activations_cp1) << what;  // a cp rank's share
+        }
       }
     }
   }

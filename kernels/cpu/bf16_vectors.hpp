@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "engine/core/dtype.hpp"
+#include "kernels/cpu/wide_vectors.hpp"
 
 namespace cleave::kernels::cpu::detail {
 
@@ -100,9 +101,7 @@ template <class F>
 // written once for both operand dtypes (bias.cpp, layernorm.cpp, rmsnorm.cpp).
 template <class F>
 [[gnu::always_inline]] inline F load_as_f32(const float* p) {
-  F v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
+  return load<F>(p);
 }
 template <class F>
 [[gnu::always_inline]] inline F load_as_f32(const std::uint16_t* p) {

@@ -55,7 +55,8 @@ void EventTimeline::finish(std::vector<TimedAction>& out) {
   const ops::DeviceEvent& origin = *events_.front();
   at_us_.assign(static_cast<std::size_t>(used_), origin_us_);
   for (int k = 1; k < used_; ++k) {
-    at_us_[static_cast<std::size_t>(k)] = origin_us_ + 1e3 * events_[static_cast<std::size_t>(k)]->elapsed_ms_since(origin);
+    const std::size_t i = static_cast<std::size_t>(k);
+    at_us_[i] = origin_us_ + 1e3 * events_[i]->elapsed_ms_since(origin);
   }
   out.clear();
   out.reserve(spans_.size());

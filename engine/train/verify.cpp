@@ -133,8 +133,8 @@ VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& 
   const double null_bound = adamw_drift_bound(resolved.optimizer, resolved.train.steps);
   const ParameterMap* initial = twins.empty() ? nullptr : &reference.initial;
   if (!twins.empty()) {
-    report.floor = twins_floor(twins, reference_config, reference, *self, null_slices, null_bound, options.noise_multiple,
-                               tp_rounding_factor(resolved.parallel.tensor_model_parallel_size),
+    report.floor = twins_floor(twins, reference_config, reference, *self, null_slices, null_bound,
+                               options.noise_multiple, tp_rounding_factor(resolved.parallel.tensor_model_parallel_size),
                                adamw_flip_fraction(resolved.optimizer, resolved.train.steps));
   }
   const std::optional<config::RunConfig> fp32 =
@@ -199,7 +199,8 @@ std::string format_floor(const NoiseFloor& f, const std::vector<ParamDifference>
   }
   std::string pairs;
   for (const FloorPair& p : f.pairs) {
-    pairs += fmt::format("{}{} {:.3g} ({})", pairs.empty() ? "" : ", ", p.runs, p.largest, p.worst.empty() ? "-" : p.worst);
+    pairs += fmt::format("{}{} {:.3g} ({})", pairs.empty() ? "" : ", ", p.runs, p.largest,
+                         p.worst.empty() ? "-" : p.worst);
   }
   return fmt::format(
       "\nbf16 noise floor: the reference run again with {} (the same sums in other orders before the same bf16 "

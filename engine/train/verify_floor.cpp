@@ -43,7 +43,8 @@ std::vector<config::RunConfig> twin_references(const config::RunConfig& referenc
 std::string describe_twin(const config::RunConfig& reference, const config::RunConfig& twin) {
   std::vector<std::string> parts;
   if (library_of(twin) != library_of(reference)) {
-    parts.push_back(fmt::format("device.blas {} instead of {}", enum_name(library_of(twin)), enum_name(library_of(reference))));
+    parts.push_back(fmt::format("device.blas {} instead of {}", enum_name(library_of(twin)),
+                                enum_name(library_of(reference))));
   }
   if (twin.device.attention_sums != reference.device.attention_sums) {
     parts.push_back(fmt::format("attention's sums reordered (f32 GEMM, key blocks {})",

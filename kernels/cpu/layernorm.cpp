@@ -6,7 +6,8 @@
 // over the rows (the `omp simd` loop it replaces ran 4 lanes wide with its sums in memory, 128 columns a block, so a
 // d 256 model's gradient was 2 blocks: one a thread at 2 threads, none for a third). Every column is still summed
 // over its rows in row order from +0 with the same operations, without contraction into FMA, so every path, block
-// width and thread count gives the bits of the serial loop (KernelLayerNormWeight.PathsAndThreadCountsGiveTheRowOrderBits).
+// width and thread count gives the bits of the serial loop
+// (KernelLayerNormWeight.PathsAndThreadCountsGiveTheRowOrderBits).
 #include "kernels/cpu/layernorm.hpp"
 
 // Wide vectors never cross a call boundary here (the helpers are always_inline), so the ABI note GCC emits for

@@ -27,9 +27,7 @@ mpiexec=("$@")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-fail() { echo "FAIL $*"; exit 1; }
-fixture() { python3 "$src/tests/e2e/hf_fixture.py" "$@" || fail "fixture $*"; }
-loss() { python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['loss'])" "$1/metrics.jsonl"; }
+source "$src/tests/e2e/hf_lib.sh"  # fail, fixture, loss, refuse, refuse_input
 common=(--set train.eval_batches=0 --set model.seq_len=8 --set optimizer.lr=0.01)
 layout=(--set parallel.tensor_model_parallel_size=2 --set parallel.pipeline_model_parallel_size=2)
 
@@ -174,21 +172,8 @@ print(f"ok   sliding window 4 under seq_len 8: first-step loss {window}, without
       f"window from layer 1 {qwen_window}, without {qwen_full}")
 PY
 
-refuse() {  # refuse NAME EXPECTED_TEXT OUT_PATH -- command...
-  local name=$1 want=$2 out=$3; shift 4
-  "$@" > bad.log 2>&1; refused_status=$?
-  [ "$refused_status" -ne 0 ] || fail "$name: accepted"
-  grep -qF -- "$want" bad.log || { cat bad.log; fail "$name: no '$want' in the message"; }
-  [ "$(grep -c 'error' bad.log)" -eq 1 ] || { cat bad.log; fail "$name: not one error line"; }
-  [ ! -e "$out" ] || fail "$name: $out was written"
-  echo "ok   refused $name: $(grep error bad.log | cut -c1-160)"
-}
-# refuse, and the exit code is 64 (bad input: the config or the data contradicts the weights): `cleave run` stops at
-# once on it instead of restarting into the same error.
-refuse_input() {
-  refuse "$@"
-  [ "$refused_status" -eq 64 ] || { cat bad.log; fail "$1: exit $refused_status, expected 64 (bad input)"; }
-}
+# Bad input is refused with exit 64 (the config or the data contradicts the weights): `cleave run` stops at once on
+# it instead of restarting into the same error (refuse_input, hf_lib.sh).
 refuse_input "seq_len above the maximum" "model.seq_len 33 is above the model's maximum 32 (max_position_embeddings in llama/config.json)" \
   run1 -- "$cleave" train --init-from llama --set model.seq_len=33 --set train.out_dir=run1
 refuse_input "seq_len above the maximum (checkpoint)" "model.seq_len 40 is above the model's maximum 32" \

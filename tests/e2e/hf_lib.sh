@@ -1,9 +1,10 @@
-# Helpers the Hugging Face e2e scripts share (hf_checkpoints.sh, hf_moe.sh, hf_qwen3.sh): sourced after they set
-# $cleave and $src and cd into their scratch directory.
+# Helpers the Hugging Face e2e scripts share (hf_checkpoints.sh, hf_moe.sh, hf_qwen3.sh, finetune_recipe.sh): sourced
+# after they set $cleave and $src and cd into their scratch directory.
 #   fail TEXT                      print "FAIL TEXT", exit 1
 #   fixture OUT_DIR [FLAGS...]     hf_fixture.py (a tiny HF model directory, standard library only)
 #   loss RUN_DIR                   the first step's loss from RUN_DIR/metrics.jsonl
 #   refuse NAME TEXT OUT -- CMD... CMD fails with exactly one error line holding TEXT and writes nothing at OUT
+#   refuse_input NAME TEXT OUT -- CMD...  refuse, with exit 64 (bad input)
 #   same_hf_tensors A B            two safetensors files hold the same names, dtypes, shapes and bytes
 #   edit SRC DST KEY JSON_VALUE    copy model directory SRC to DST with config.json's KEY set to JSON_VALUE
 #   init_losses_agree NAME ONE FRESH LAYOUT=RUN...  each LAYOUT run's first-step loss equals run ONE's within

@@ -30,20 +30,11 @@ bool llama_holds(const ModelDims& d, const nlohmann::json& model) {
 }  // namespace
 
 HfArchitecture llama_architecture() {
-  HfArchitecture a;
-  a.architecture = Architecture::kLlama;
-  a.class_name = "LlamaForCausalLM";
-  a.model_type = "llama";
-  a.cleave_type = "llama";
-  a.embedding = "model.embed_tokens.weight";
+  HfArchitecture a = llama_like::architecture(Architecture::kLlama, "LlamaForCausalLM", "llama");
   a.keys = kKeys;
   a.read_config = read_llama;
-  a.model_dims = llama_like::model_dims;
   a.holds = llama_holds;
   a.write_config = write_llama;
-  a.tensor_map = llama_like::tensor_map;
-  a.is_buffer = llama_like::is_buffer;
-  a.canonical_name = llama_like::canonical_name;
   return a;
 }
 

@@ -240,4 +240,20 @@ bool is_buffer(std::string_view name) { return map_util::ends_with(name, ".rotar
 
 std::string canonical_name(const std::string& name) { return name; }
 
+HfArchitecture architecture(Architecture architecture, std::string_view class_name, std::string_view model_type,
+                            std::string_view export_note) {
+  HfArchitecture a;
+  a.architecture = architecture;
+  a.class_name = class_name;
+  a.model_type = model_type;
+  a.cleave_type = "llama";
+  a.embedding = "model.embed_tokens.weight";
+  a.export_note = export_note;
+  a.model_dims = model_dims;
+  a.tensor_map = tensor_map;
+  a.is_buffer = is_buffer;
+  a.canonical_name = canonical_name;
+  return a;
+}
+
 }  // namespace cleave::hf::llama_like

@@ -30,5 +30,10 @@ bool is_buffer(std::string_view hf_name);
 // The attention's tensors of block i (q, k, v, o; biases where dims.qkv_bias; q/k norms where dims.qk_norm).
 void add_attention(std::vector<TensorMap>& out, const ModelDims& dims, std::int64_t i);
 std::string canonical_name(const std::string& hf_name);
+// The row a llama-like class starts from: model.type "llama", the token table "model.embed_tokens.weight", and this
+// file's sizes, tensor map, buffers and names. The class's own file sets its keys, read_config, holds and
+// write_config (the table asserts that every function pointer is set).
+HfArchitecture architecture(Architecture architecture, std::string_view class_name, std::string_view model_type,
+                            std::string_view export_note = {});
 
 }  // namespace cleave::hf::llama_like

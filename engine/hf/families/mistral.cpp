@@ -27,21 +27,12 @@ bool mistral_holds(const ModelDims& d, const nlohmann::json& model) {
 }  // namespace
 
 HfArchitecture mistral_architecture() {
-  HfArchitecture a;
-  a.architecture = Architecture::kMistral;
-  a.class_name = "MistralForCausalLM";
-  a.model_type = "mistral";
-  a.cleave_type = "llama";
-  a.embedding = "model.embed_tokens.weight";
-  a.export_note = " (with a sliding window)";
+  HfArchitecture a =
+      llama_like::architecture(Architecture::kMistral, "MistralForCausalLM", "mistral", " (with a sliding window)");
   a.keys = kKeys;
   a.read_config = read_mistral;
-  a.model_dims = llama_like::model_dims;
   a.holds = mistral_holds;
   a.write_config = write_mistral;
-  a.tensor_map = llama_like::tensor_map;
-  a.is_buffer = llama_like::is_buffer;
-  a.canonical_name = llama_like::canonical_name;
   return a;
 }
 

@@ -77,20 +77,12 @@ void mixtral_write_config(const ModelDims& d, const json& model, json& out) {
 }  // namespace
 
 HfArchitecture mixtral_architecture() {
-  HfArchitecture a;
-  a.architecture = Architecture::kMixtral;
-  a.class_name = "MixtralForCausalLM";
-  a.model_type = "mixtral";
-  a.cleave_type = "moe";
-  a.embedding = "model.embed_tokens.weight";
+  HfArchitecture a = moe_like::architecture(Architecture::kMixtral, "MixtralForCausalLM", "mixtral");
   a.keys = kKeys;
   a.read_config = read_mixtral;
-  a.model_dims = moe_like::model_dims;
   a.holds = mixtral_holds;
   a.write_config = mixtral_write_config;
   a.tensor_map = mixtral_map;
-  a.is_buffer = llama_like::is_buffer;
-  a.canonical_name = llama_like::canonical_name;
   return a;
 }
 

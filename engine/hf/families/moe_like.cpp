@@ -127,4 +127,13 @@ std::vector<TensorMap> tensor_map(const ModelDims& m, const ExpertNames& names) 
   return out;
 }
 
+HfArchitecture architecture(Architecture architecture, std::string_view class_name, std::string_view model_type,
+                            std::string_view export_note) {
+  HfArchitecture a = llama_like::architecture(architecture, class_name, model_type, export_note);
+  a.cleave_type = "moe";
+  a.model_dims = model_dims;
+  a.tensor_map = nullptr;  // the class's own: tensor_map with its ExpertNames
+  return a;
+}
+
 }  // namespace cleave::hf::moe_like

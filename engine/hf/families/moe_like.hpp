@@ -60,4 +60,9 @@ struct ExpertNames {
 // shared experts and their gate (where dims has them).
 std::vector<TensorMap> tensor_map(const ModelDims& dims, const ExpertNames& names);
 
+// The row a moe class starts from: llama_like::architecture's with model.type "moe" and this file's model_dims. The
+// class's own file sets its keys, read_config, holds, write_config and tensor_map (this file's with its ExpertNames).
+HfArchitecture architecture(Architecture architecture, std::string_view class_name, std::string_view model_type,
+                            std::string_view export_note = {});
+
 }  // namespace cleave::hf::moe_like

@@ -28,21 +28,12 @@ bool qwen2_holds(const ModelDims& d, const nlohmann::json&) { return d.qkv_bias 
 }  // namespace
 
 HfArchitecture qwen2_architecture() {
-  HfArchitecture a;
-  a.architecture = Architecture::kQwen2;
-  a.class_name = "Qwen2ForCausalLM";
-  a.model_type = "qwen2";
-  a.cleave_type = "llama";
-  a.embedding = "model.embed_tokens.weight";
-  a.export_note = " (with q/k/v biases)";
+  HfArchitecture a =
+      llama_like::architecture(Architecture::kQwen2, "Qwen2ForCausalLM", "qwen2", " (with q/k/v biases)");
   a.keys = kKeys;
   a.read_config = read_qwen2;
-  a.model_dims = llama_like::model_dims;
   a.holds = qwen2_holds;
   a.write_config = write_qwen2;
-  a.tensor_map = llama_like::tensor_map;
-  a.is_buffer = llama_like::is_buffer;
-  a.canonical_name = llama_like::canonical_name;
   return a;
 }
 

@@ -87,21 +87,13 @@ std::vector<TensorMap> qwen2_moe_map(const ModelDims& m) { return moe_like::tens
 }  // namespace
 
 HfArchitecture qwen2_moe_architecture() {
-  HfArchitecture a;
-  a.architecture = Architecture::kQwen2Moe;
-  a.class_name = "Qwen2MoeForCausalLM";
-  a.model_type = "qwen2_moe";
-  a.cleave_type = "moe";
-  a.embedding = "model.embed_tokens.weight";
-  a.export_note = " (with a gated shared expert)";
+  HfArchitecture a = moe_like::architecture(Architecture::kQwen2Moe, "Qwen2MoeForCausalLM", "qwen2_moe",
+                                            " (with a gated shared expert)");
   a.keys = kKeys;
   a.read_config = read_qwen2_moe;
-  a.model_dims = moe_like::model_dims;
   a.holds = qwen2_moe_holds;
   a.write_config = qwen2_moe_write_config;
   a.tensor_map = qwen2_moe_map;
-  a.is_buffer = llama_like::is_buffer;
-  a.canonical_name = llama_like::canonical_name;
   return a;
 }
 

@@ -29,21 +29,11 @@ bool qwen3_holds(const ModelDims& d, const nlohmann::json& model) {
 }  // namespace
 
 HfArchitecture qwen3_architecture() {
-  HfArchitecture a;
-  a.architecture = Architecture::kQwen3;
-  a.class_name = "Qwen3ForCausalLM";
-  a.model_type = "qwen3";
-  a.cleave_type = "llama";
-  a.embedding = "model.embed_tokens.weight";
-  a.export_note = " (with q/k norms)";
+  HfArchitecture a = llama_like::architecture(Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3", " (with q/k norms)");
   a.keys = kKeys;
   a.read_config = read_qwen3;
-  a.model_dims = llama_like::model_dims;
   a.holds = qwen3_holds;
   a.write_config = write_qwen3;
-  a.tensor_map = llama_like::tensor_map;
-  a.is_buffer = llama_like::is_buffer;
-  a.canonical_name = llama_like::canonical_name;
   return a;
 }
 

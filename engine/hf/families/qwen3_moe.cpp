@@ -72,21 +72,13 @@ std::vector<TensorMap> qwen3_moe_map(const ModelDims& m) { return moe_like::tens
 }  // namespace
 
 HfArchitecture qwen3_moe_architecture() {
-  HfArchitecture a;
-  a.architecture = Architecture::kQwen3Moe;
-  a.class_name = "Qwen3MoeForCausalLM";
-  a.model_type = "qwen3_moe";
-  a.cleave_type = "moe";
-  a.embedding = "model.embed_tokens.weight";
-  a.export_note = " (with q/k norms)";
+  HfArchitecture a =
+      moe_like::architecture(Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", " (with q/k norms)");
   a.keys = kKeys;
   a.read_config = read_qwen3_moe;
-  a.model_dims = moe_like::model_dims;
   a.holds = qwen3_moe_holds;
   a.write_config = qwen3_moe_write_config;
   a.tensor_map = qwen3_moe_map;
-  a.is_buffer = llama_like::is_buffer;
-  a.canonical_name = llama_like::canonical_name;
   return a;
 }
 

@@ -44,7 +44,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_util import held  # noqa: E402
+from peer_util import held, median_seconds  # noqa: E402
 
 MODELS = {
     "small": dict(family="gpt", d=256, layers=4, heads=8, T=64, batch=16, micro=16),
@@ -134,14 +134,7 @@ class TorchContender:
         self.opt.step()
 
     def run(self, warmup, steps):
-        for _ in range(warmup):
-            self.step()
-        times = []
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            self.step()
-            times.append(time.perf_counter() - t0)
-        return (statistics.median(times) if times else 0.0), ""
+        return median_seconds(self.step, warmup, steps), ""
 
 
 def cleave_args(cfg, precision, steps):

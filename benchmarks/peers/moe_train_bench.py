@@ -47,7 +47,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cpu_train_bench import cpu_name  # noqa: E402
-from peer_util import held  # noqa: E402
+from peer_util import held, median_seconds  # noqa: E402
 
 MODELS = {
     "example": dict(d=128, layers=4, heads=4, kv_heads=2, T=128, ffn=128, experts=8, top_k=2, batch=16, micro=8,
@@ -103,14 +103,7 @@ class TorchContender:
             self.first_loss = total
 
     def run(self, warmup, steps):
-        for _ in range(warmup):
-            self.step()
-        times = []
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            self.step()
-            times.append(time.perf_counter() - t0)
-        return (statistics.median(times) if times else 0.0), ""
+        return median_seconds(self.step, warmup, steps), ""
 
 
 def cleave_args(cfg, precision, steps):

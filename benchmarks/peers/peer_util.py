@@ -1,6 +1,7 @@
 """Helpers the peer comparison scripts of benchmarks/peers/ share (standard library only, so any of them can
 import it before torch or tokenizers): the repository root and its text (the tokenizers' training corpus),
-Cleave's token shard reader, and the machine-wide lock the CPU benchmarks take while they time.
+Cleave's token shard reader, the machine-wide lock the CPU benchmarks take while they time, and the median step
+time of a Python contender (median_seconds).
 
 Invariant: read_shard accepts exactly the two shard formats `cleave tokenize` writes (docs/tokenizer.md): a
 1024-byte header of 256 little-endian int32 (magic, version, token count) then u16 ids (20240520, version 1) or
@@ -10,7 +11,9 @@ import contextlib
 import fcntl
 import glob
 import os
+import statistics
 import struct
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -45,3 +48,15 @@ def held(lock_path):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def median_seconds(step, warmup, steps):
+    """The median wall time in seconds of `steps` calls of step() after `warmup` untimed ones (0.0 for no steps)."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) if times else 0.0

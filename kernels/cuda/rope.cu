@@ -31,83 +31,101 @@ __device__ __forceinline__ void rope_cos_sin(int64_t position, int64_t i, int64_
   *c = static_cast<float>(cd);
 }
 
-// P, the key / value heads packed into qkv: the shape's, or Hq (the repeated layout) when unset.
-__device__ __forceinline__ int64_t packed_heads(const RopeShape& shape) {
-  return shape.packed_kv_heads > 0 ? shape.packed_kv_heads : shape.q_heads;
+// Where a row's heads sit in qkv: P packed key / value heads (the shape's, or Hq, the repeated layout, when unset),
+// `copies` of each kv head, and the widths of the query block, of the packed key (or value) block, of a qkv row and
+// of a k or v row.
+struct PackedLayout {
+  int64_t half = 0;  // hd / 2, the rotation pairs of a head
+  int64_t packed = 0;
+  int64_t copies = 0;
+  int64_t q_width = 0;
+  int64_t p_width = 0;
+  int64_t width = 0;
+  int64_t kv_width = 0;
+};
+
+__device__ __forceinline__ PackedLayout packed_layout(const RopeShape& shape) {
+  PackedLayout l;
+  l.half = shape.head_dim / 2;
+  l.packed = shape.packed_kv_heads > 0 ? shape.packed_kv_heads : shape.q_heads;
+  l.copies = l.packed / shape.kv_heads;
+  l.q_width = shape.q_heads * shape.head_dim;
+  l.p_width = l.packed * shape.head_dim;
+  l.width = l.q_width + 2 * l.p_width;
+  l.kv_width = shape.kv_heads * shape.head_dim;
+  return l;
+}
+
+// Rotation pair p of [B, T, heads, hd/2] (i fastest): its column i, its head, its row bt = b T + t, and the cos and
+// sin of its angle.
+struct RotationPair {
+  int64_t i = 0;
+  int64_t head = 0;
+  int64_t bt = 0;
+  float c = 0.0f;
+  float s = 0.0f;
+};
+
+__device__ __forceinline__ RotationPair rotation_pair(int64_t p, int64_t heads, const RopeShape& shape) {
+  const int64_t half = shape.head_dim / 2;
+  RotationPair r;
+  r.i = p % half;
+  r.head = (p / half) % heads;
+  r.bt = p / (half * heads);
+  rope_cos_sin(shape.position_offset + r.bt % shape.seq, r.i, shape.head_dim, shape.theta, &r.c, &r.s);
+  return r;
 }
 
 __global__ void rope_pack_qkv_kernel(ConstFloats q, ConstFloats k, ConstFloats v, Floats qkv, RopeShape shape) {
-  const int64_t half = shape.head_dim / 2;
-  const int64_t packed = packed_heads(shape);     // P key / value heads in qkv
-  const int64_t copies = packed / shape.kv_heads;  // of each kv head
-  const int64_t q_width = shape.q_heads * shape.head_dim;
-  const int64_t p_width = packed * shape.head_dim;
-  const int64_t width = q_width + 2 * p_width;
-  const int64_t kv_width = shape.kv_heads * shape.head_dim;
-  const int64_t n = shape.batch * shape.seq * shape.q_heads * half;
+  const PackedLayout l = packed_layout(shape);
+  const int64_t n = shape.batch * shape.seq * shape.q_heads * l.half;
   for (int64_t p = global_thread(); p < n; p += grid_threads()) {
-    const int64_t i = p % half;
-    const int64_t h = (p / half) % shape.q_heads;
-    const int64_t bt = p / (half * shape.q_heads);
-    const int64_t t = bt % shape.seq;
-    float c = 0.0f;
-    float s = 0.0f;
-    rope_cos_sin(shape.position_offset + t, i, shape.head_dim, shape.theta, &c, &s);
-    const int64_t q_at = bt * q_width + h * shape.head_dim + i;
-    const int64_t out_at = bt * width + h * shape.head_dim + i;
-    const float q0 = load(q, q_at), q1 = load(q, q_at + half);
-    store(qkv, out_at, q0 * c - q1 * s);
-    store(qkv, out_at + half, q1 * c + q0 * s);
-    if (h >= packed) continue;  // grouped: only the first Hkv threads of a row write key / value heads
-    const int64_t kv_at = bt * kv_width + (h / copies) * shape.head_dim + i;
-    const float k0 = load(k, kv_at), k1 = load(k, kv_at + half);
-    store(qkv, out_at + q_width, k0 * c - k1 * s);
-    store(qkv, out_at + q_width + half, k1 * c + k0 * s);
-    store(qkv, out_at + q_width + p_width, load(v, kv_at));
-    store(qkv, out_at + q_width + p_width + half, load(v, kv_at + half));
+    const RotationPair r = rotation_pair(p, shape.q_heads, shape);
+    const int64_t h = r.head;
+    const int64_t q_at = r.bt * l.q_width + h * shape.head_dim + r.i;
+    const int64_t out_at = r.bt * l.width + h * shape.head_dim + r.i;
+    const float q0 = load(q, q_at), q1 = load(q, q_at + l.half);
+    store(qkv, out_at, q0 * r.c - q1 * r.s);
+    store(qkv, out_at + l.half, q1 * r.c + q0 * r.s);
+    if (h >= l.packed) continue;  // grouped: only the first Hkv threads of a row write key / value heads
+    const int64_t kv_at = r.bt * l.kv_width + (h / l.copies) * shape.head_dim + r.i;
+    const float k0 = load(k, kv_at), k1 = load(k, kv_at + l.half);
+    store(qkv, out_at + l.q_width, k0 * r.c - k1 * r.s);
+    store(qkv, out_at + l.q_width + l.half, k1 * r.c + k0 * r.s);
+    store(qkv, out_at + l.q_width + l.p_width, load(v, kv_at));
+    store(qkv, out_at + l.q_width + l.p_width + l.half, load(v, kv_at + l.half));
   }
 }
 
 // The inverse rotation (the transpose): x[i] = o[i] cos + o[i + hd/2] sin, x[i + hd/2] = o[i + hd/2] cos - o[i] sin.
 __global__ void rope_pack_qkv_backward_kernel(ConstFloats dqkv, Floats dq, Floats dk, Floats dv, RopeShape shape) {
-  const int64_t half = shape.head_dim / 2;
+  const PackedLayout l = packed_layout(shape);
   const int64_t group = shape.q_heads / shape.kv_heads;
-  const int64_t packed = packed_heads(shape);
-  const int64_t copies = packed / shape.kv_heads;
-  const int64_t q_width = shape.q_heads * shape.head_dim;
-  const int64_t p_width = packed * shape.head_dim;
-  const int64_t width = q_width + 2 * p_width;
-  const int64_t kv_width = shape.kv_heads * shape.head_dim;
-  const int64_t n = shape.batch * shape.seq * shape.kv_heads * half;
+  const int64_t n = shape.batch * shape.seq * shape.kv_heads * l.half;
   for (int64_t p = global_thread(); p < n; p += grid_threads()) {
-    const int64_t i = p % half;
-    const int64_t j = (p / half) % shape.kv_heads;
-    const int64_t bt = p / (half * shape.kv_heads);
-    const int64_t t = bt % shape.seq;
-    float c = 0.0f;
-    float s = 0.0f;
-    rope_cos_sin(shape.position_offset + t, i, shape.head_dim, shape.theta, &c, &s);
+    const RotationPair r = rotation_pair(p, shape.kv_heads, shape);
+    const int64_t j = r.head;
     for (int64_t m = 0; m < group; ++m) {
       const int64_t h = j * group + m;
-      const int64_t in_at = bt * width + h * shape.head_dim + i;
-      const float o0 = load(dqkv, in_at), o1 = load(dqkv, in_at + half);
-      const int64_t q_at = bt * q_width + h * shape.head_dim + i;
-      store(dq, q_at, o0 * c + o1 * s);
-      store(dq, q_at + half, o1 * c - o0 * s);
+      const int64_t in_at = r.bt * l.width + h * shape.head_dim + r.i;
+      const float o0 = load(dqkv, in_at), o1 = load(dqkv, in_at + l.half);
+      const int64_t q_at = r.bt * l.q_width + h * shape.head_dim + r.i;
+      store(dq, q_at, o0 * r.c + o1 * r.s);
+      store(dq, q_at + l.half, o1 * r.c - o0 * r.s);
     }
     float k0 = 0.0f, k1 = 0.0f, v0 = 0.0f, v1 = 0.0f;
-    for (int64_t m = 0; m < copies; ++m) {  // the packed copies of kv head j, in head order
-      const int64_t in_at = bt * width + q_width + (j * copies + m) * shape.head_dim + i;
+    for (int64_t m = 0; m < l.copies; ++m) {  // the packed copies of kv head j, in head order
+      const int64_t in_at = r.bt * l.width + l.q_width + (j * l.copies + m) * shape.head_dim + r.i;
       k0 += load(dqkv, in_at);
-      k1 += load(dqkv, in_at + half);
-      v0 += load(dqkv, in_at + p_width);
-      v1 += load(dqkv, in_at + p_width + half);
+      k1 += load(dqkv, in_at + l.half);
+      v0 += load(dqkv, in_at + l.p_width);
+      v1 += load(dqkv, in_at + l.p_width + l.half);
     }
-    const int64_t kv_at = bt * kv_width + j * shape.head_dim + i;
-    store(dk, kv_at, k0 * c + k1 * s);
-    store(dk, kv_at + half, k1 * c - k0 * s);
+    const int64_t kv_at = r.bt * l.kv_width + j * shape.head_dim + r.i;
+    store(dk, kv_at, k0 * r.c + k1 * r.s);
+    store(dk, kv_at + l.half, k1 * r.c - k0 * r.s);
     store(dv, kv_at, v0);
-    store(dv, kv_at + half, v1);
+    store(dv, kv_at + l.half, v1);
   }
 }
 

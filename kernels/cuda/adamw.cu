@@ -27,9 +27,7 @@ __global__ void adamw_kernel(AdamWConstants k, float* param, ConstFloats grad, f
 
 cudaError_t launch_adamw_update(const AdamWConstants& k, float* param, ConstFloats grad, float* m, float* v, int64_t n,
                                 __nv_bfloat16* param_bf16, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  adamw_kernel<<<grid_for(n), kThreads, 0, stream>>>(k, param, grad, m, v, n, param_bf16);
-  return cudaGetLastError();
+  return launch_grid_stride(adamw_kernel, n, stream, k, param, grad, m, v, n, param_bf16);
 }
 
 }  // namespace cleave::kernels::cuda::detail

@@ -34,6 +34,15 @@ inline unsigned int grid_for(int64_t n, int threads = kThreads) {
   return static_cast<unsigned int>(launch::grid_stride(n, threads).grid.x);
 }
 
+// Launches `kernel` as a grid-stride loop over n items on `stream` (grid_for(n) blocks of kThreads threads, no
+// dynamic shared memory; no launch for n = 0) and returns the launch's error.
+template <typename... Params, typename... Args>
+cudaError_t launch_grid_stride(void (*kernel)(Params...), int64_t n, cudaStream_t stream, Args... args) {
+  if (n == 0) return cudaSuccess;
+  kernel<<<grid_for(n), kThreads, 0, stream>>>(args...);
+  return cudaGetLastError();
+}
+
 __device__ __forceinline__ int64_t global_thread() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }

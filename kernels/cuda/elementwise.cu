@@ -107,9 +107,7 @@ __global__ void scale_matrix_kernel(T* c, int64_t rows, int64_t cols, int64_t ld
 
 cudaError_t launch_elementwise(BinaryOp op, ConstFloats a, ConstFloats b, Floats out, float alpha, int64_t n,
                                cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  elementwise_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, a, b, out, alpha, n);
-  return cudaGetLastError();
+  return launch_grid_stride(elementwise_kernel, n, stream, op, a, b, out, alpha, n);
 }
 
 unsigned int sum_squares_blocks(int64_t n) {
@@ -124,15 +122,11 @@ cudaError_t launch_sum_squares(const float* x, int64_t n, double* out, double* p
 }
 
 cudaError_t launch_cast_f32_to_bf16(const float* x, __nv_bfloat16* y, int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  cast_f32_to_bf16_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
-  return cudaGetLastError();
+  return launch_grid_stride(cast_f32_to_bf16_kernel, n, stream, x, y, n);
 }
 
 cudaError_t launch_cast_bf16_to_f32(const __nv_bfloat16* x, float* y, int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  cast_bf16_to_f32_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
-  return cudaGetLastError();
+  return launch_grid_stride(cast_bf16_to_f32_kernel, n, stream, x, y, n);
 }
 
 cudaError_t launch_strided_copy(const void* src, void* dst, std::size_t elem_bytes, CopyCast cast,

@@ -30,15 +30,11 @@ __global__ void gelu_backward_kernel(ConstFloats x, ConstFloats dy, Floats dx, i
 }  // namespace
 
 cudaError_t launch_gelu_forward(ConstFloats x, Floats y, int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  gelu_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
-  return cudaGetLastError();
+  return launch_grid_stride(gelu_forward_kernel, n, stream, x, y, n);
 }
 
 cudaError_t launch_gelu_backward(ConstFloats x, ConstFloats dy, Floats dx, int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, dy, dx, n);
-  return cudaGetLastError();
+  return launch_grid_stride(gelu_backward_kernel, n, stream, x, dy, dx, n);
 }
 
 }  // namespace cleave::kernels::cuda::detail

@@ -64,12 +64,10 @@ cudaError_t launch_maxpool2d_forward(const void* x, void* y, FloatType type, int
                                      cudaStream_t stream) {
   const int64_t oh = shape.out_height(), ow = shape.out_width();
   const int64_t n = shape.batch * shape.channels * oh * ow;
-  if (n == 0) return cudaSuccess;
   return with_float_type(type, [&](auto tag) {
     using T = decltype(tag);
-    maxpool_forward_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y),
-                                                                     argmax, shape, oh, ow);
-    return cudaGetLastError();
+    return launch_grid_stride(maxpool_forward_kernel<T>, n, stream, static_cast<const T*>(x), static_cast<T*>(y),
+                              argmax, shape, oh, ow);
   });
 }
 
@@ -77,12 +75,10 @@ cudaError_t launch_maxpool2d_backward(const void* dy, void* dx, FloatType type, 
                                       const PoolShape& shape, cudaStream_t stream) {
   const int64_t oh = shape.out_height(), ow = shape.out_width();
   const int64_t n = shape.batch * shape.channels * shape.height * shape.width;
-  if (n == 0) return cudaSuccess;
   return with_float_type(type, [&](auto tag) {
     using T = decltype(tag);
-    maxpool_backward_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(dy), static_cast<T*>(dx),
-                                                                      argmax, shape, oh, ow);
-    return cudaGetLastError();
+    return launch_grid_stride(maxpool_backward_kernel<T>, n, stream, static_cast<const T*>(dy), static_cast<T*>(dx),
+                              argmax, shape, oh, ow);
   });
 }
 

@@ -19,15 +19,11 @@ __global__ void relu_backward_kernel(ConstFloats x, ConstFloats dy, Floats dx, i
 }  // namespace
 
 cudaError_t launch_relu_forward(ConstFloats x, Floats y, int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  relu_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
-  return cudaGetLastError();
+  return launch_grid_stride(relu_forward_kernel, n, stream, x, y, n);
 }
 
 cudaError_t launch_relu_backward(ConstFloats x, ConstFloats dy, Floats dx, int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  relu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, dy, dx, n);
-  return cudaGetLastError();
+  return launch_grid_stride(relu_backward_kernel, n, stream, x, dy, dx, n);
 }
 
 }  // namespace cleave::kernels::cuda::detail

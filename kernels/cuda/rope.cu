@@ -134,17 +134,13 @@ __global__ void rope_pack_qkv_backward_kernel(ConstFloats dqkv, Floats dq, Float
 cudaError_t launch_rope_pack_qkv(ConstFloats q, ConstFloats k, ConstFloats v, Floats qkv, RopeShape shape,
                                  cudaStream_t stream) {
   const int64_t n = shape.batch * shape.seq * shape.q_heads * (shape.head_dim / 2);
-  if (n == 0) return cudaSuccess;
-  rope_pack_qkv_kernel<<<grid_for(n), kThreads, 0, stream>>>(q, k, v, qkv, shape);
-  return cudaGetLastError();
+  return launch_grid_stride(rope_pack_qkv_kernel, n, stream, q, k, v, qkv, shape);
 }
 
 cudaError_t launch_rope_pack_qkv_backward(ConstFloats dqkv, Floats dq, Floats dk, Floats dv, RopeShape shape,
                                           cudaStream_t stream) {
   const int64_t n = shape.batch * shape.seq * shape.kv_heads * (shape.head_dim / 2);
-  if (n == 0) return cudaSuccess;
-  rope_pack_qkv_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(dqkv, dq, dk, dv, shape);
-  return cudaGetLastError();
+  return launch_grid_stride(rope_pack_qkv_backward_kernel, n, stream, dqkv, dq, dk, dv, shape);
 }
 
 }  // namespace cleave::kernels::cuda::detail

@@ -28,14 +28,9 @@ __global__ void sgd_momentum_kernel(float* param, ConstFloats grad, float* momen
 
 cudaError_t launch_sgd_update(float* param, ConstFloats grad, float* momentum_buf, int64_t n, float lr, float momentum,
                               float weight_decay, bool nesterov, bool first_step, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  if (momentum == 0.0f) {
-    sgd_plain_kernel<<<grid_for(n), kThreads, 0, stream>>>(param, grad, n, lr, weight_decay);
-  } else {
-    sgd_momentum_kernel<<<grid_for(n), kThreads, 0, stream>>>(param, grad, momentum_buf, n, lr, momentum, weight_decay,
-                                                              nesterov, first_step);
-  }
-  return cudaGetLastError();
+  if (momentum == 0.0f) return launch_grid_stride(sgd_plain_kernel, n, stream, param, grad, n, lr, weight_decay);
+  return launch_grid_stride(sgd_momentum_kernel, n, stream, param, grad, momentum_buf, n, lr, momentum, weight_decay,
+                            nesterov, first_step);
 }
 
 }  // namespace cleave::kernels::cuda::detail

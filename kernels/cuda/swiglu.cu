@@ -30,16 +30,12 @@ __global__ void swiglu_backward_kernel(ConstFloats gate, ConstFloats up, ConstFl
 }  // namespace
 
 cudaError_t launch_swiglu_forward(ConstFloats gate, ConstFloats up, Floats h, int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  swiglu_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(gate, up, h, n);
-  return cudaGetLastError();
+  return launch_grid_stride(swiglu_forward_kernel, n, stream, gate, up, h, n);
 }
 
 cudaError_t launch_swiglu_backward(ConstFloats gate, ConstFloats up, ConstFloats dh, Floats dgate, Floats dup,
                                    int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  swiglu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(gate, up, dh, dgate, dup, n);
-  return cudaGetLastError();
+  return launch_grid_stride(swiglu_backward_kernel, n, stream, gate, up, dh, dgate, dup, n);
 }
 
 }  // namespace cleave::kernels::cuda::detail

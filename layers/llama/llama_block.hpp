@@ -20,8 +20,10 @@
 // no tensors of its own.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "layers/layer.hpp"
 #include "layers/param_init.hpp"
@@ -38,5 +40,13 @@ LayerPtr make_llama_attention(const partition::BlockSpec& block, const ParamInit
 
 std::unique_ptr<TransformerBlock> make_llama_block(const partition::BlockSpec& block, const ParamInit& init,
                                                    int tp_size, int tp_rank);
+
+// A block of llama's shape (the llama block; the moe block, layers/moe/moe_block.hpp) around the feed-forward that
+// make_mlp builds (named "<block>.mlp" or "<block>.moe"): attn_norm, make_llama_attention, mlp_norm, then make_mlp(),
+// in parameter order, so errors and allocations come in the same order on every layout. Asserts that tp_size
+// divides the heads, the kv heads and block.d_ff (`ffn` names d_ff in the message: "ffn", "expert ffn").
+std::unique_ptr<TransformerBlock> make_llama_shaped_block(const partition::BlockSpec& block, const ParamInit& init,
+                                                          int tp_size, int tp_rank, std::string_view ffn,
+                                                          const std::function<LayerPtr()>& make_mlp);
 
 }  // namespace cleave::layers

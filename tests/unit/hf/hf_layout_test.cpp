@@ -24,6 +24,16 @@ std::map<std::string, std::vector<std::int64_t>> cleave_side(const std::vector<T
   return out;
 }
 
+// Every parameter the builder makes for `spec` on one rank, by name, with its shape.
+std::map<std::string, std::vector<std::int64_t>> built_params(const partition::ModelSpec& spec) {
+  const auto layers = layers::build_blocks(spec, 0, spec.blocks.size(), on_host());
+  std::map<std::string, std::vector<std::int64_t>> built;
+  for (const auto& p : layers::collect_params(layers)) {
+    built[p->name] = {p->value.shape().dims().begin(), p->value.shape().dims().end()};
+  }
+  return built;
+}
+
 ModelDims gpt_dims(bool tied) {
   return {Architecture::kGpt2, /*vocab*/ 263, /*d*/ 24, /*layers*/ 3, /*heads*/ 4, /*kv*/ 4,
           /*ffn*/ 40,          /*seq*/ 11,    tied};
@@ -41,13 +51,8 @@ TEST(HfLayout, GptTableIsExactlyTheParametersCleaveBuilds) {
     config.d_ff = d.ffn;
     config.tie_embeddings = tied;
     const partition::ModelSpec spec = partition::make_gpt_spec(config);
-    const auto layers = layers::build_blocks(spec, 0, spec.blocks.size(), on_host());
-    std::map<std::string, std::vector<std::int64_t>> built;
-    for (const auto& p : layers::collect_params(layers)) {
-      built[p->name] = {p->value.shape().dims().begin(), p->value.shape().dims().end()};
-    }
     const std::vector<TensorMap> table = tensor_map(d);
-    EXPECT_EQ(cleave_side(table), built) << (tied ? "tied" : "untied");
+    EXPECT_EQ(cleave_side(table), built_params(spec)) << (tied ? "tied" : "untied");
     EXPECT_EQ(table.size(), 2 + 12 * 3 + 2 + (tied ? 0 : 1));
   }
 }
@@ -85,12 +90,7 @@ TEST(HfLayout, LlamaTableIsExactlyTheParametersCleaveBuilds) {
     config.ffn_hidden_size = d.ffn;
     config.tie_embeddings = tied;
     const partition::ModelSpec spec = partition::make_llama_spec(config);
-    const auto layers = layers::build_blocks(spec, 0, spec.blocks.size(), on_host());
-    std::map<std::string, std::vector<std::int64_t>> built;
-    for (const auto& p : layers::collect_params(layers)) {
-      built[p->name] = {p->value.shape().dims().begin(), p->value.shape().dims().end()};
-    }
-    EXPECT_EQ(cleave_side(tensor_map(d)), built) << (tied ? "tied" : "untied");
+    EXPECT_EQ(cleave_side(tensor_map(d)), built_params(spec)) << (tied ? "tied" : "untied");
   }
 }
 

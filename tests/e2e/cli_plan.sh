@@ -22,12 +22,8 @@
 # and --json; a plan on this machine's (CPU) profile does not.
 # The table's columns line up at any layout length (the moe example's cp4 and ep2 layouts on 4 ranks).
 # Usage: cli_plan.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
-set -u
-cleave=$(realpath "$1"); source_dir=$(realpath "$2"); shift 2
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+source_dir=$(realpath "$2")
+source "$(dirname "$0")/mpi_script_setup.sh" "$(realpath "$1")" "${@:3}"  # cleave, mpiexec, $work entered
 fail() { echo "FAIL $*"; exit 1; }
 cat > tiny.json << 'JSON'
 {

@@ -6,12 +6,8 @@
 # that does not divide the heads, a micro-batch that does not divide the batch (before any measurement), a profile of another model, a truncated profile: one clear error each.
 # `auto` built from the profile (parallel.auto_schedule_profile) trains to one rank's losses.
 # Usage: cli_profile.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
-set -u
-cleave=$(realpath "$1"); source_dir=$(realpath "$2"); shift 2
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+source_dir=$(realpath "$2")
+source "$(dirname "$0")/mpi_script_setup.sh" "$(realpath "$1")" "${@:3}"  # cleave, mpiexec, $work entered
 fail() { echo "FAIL $*"; exit 1; }
 cat > tiny.json << 'JSON'
 {

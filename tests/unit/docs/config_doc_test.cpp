@@ -157,8 +157,25 @@ TEST(ConfigDoc, EveryDocumentedKeyIsAccepted) {
   }
 }
 
-// A field table (engine/config/fields.hpp) against the page and the writer: each key has a row in
-// docs/config.md and a non-empty meaning, and the section the writer produces holds the table's keys in order.
+// The keys of one field table (engine/config/fields.hpp) against the page and the writer: each "<section>.<key>" has
+// a row in docs/config.md and a non-empty meaning, and written_keys (the writer's keys of that section) are the
+// table's keys in order. `what` names the table in the messages ("parallel", "llama model").
+template <typename Section, std::size_t N>
+void expect_keys_documented_and_written(const std::string& section, const std::string& what,
+                                        const std::array<config::Field<Section>, N>& fields,
+                                        const std::vector<std::string>& written_keys,
+                                        const std::map<std::string, DocRow>& rows) {
+  std::vector<std::string> table_keys;
+  for (const auto& field : fields) {
+    const std::string key = section + "." + std::string(field.key);
+    table_keys.emplace_back(field.key);
+    EXPECT_TRUE(rows.count(key)) << "field table key " << key << " (" << what << ") has no row in docs/config.md";
+    EXPECT_FALSE(field.meaning.empty()) << key << ": the field table gives no meaning";
+  }
+  EXPECT_EQ(written_keys, table_keys) << "the writer's " << what << " keys are not its field table's";
+}
+
+// A section's field table against the page and the writer's section of the default config.
 template <typename Section, std::size_t N>
 void expect_table_documented(const std::string& section, const std::array<config::Field<Section>, N>& fields,
                              const std::map<std::string, DocRow>& rows) {
@@ -169,14 +186,7 @@ void expect_table_documented(const std::string& section, const std::array<config
   for (const auto& item : tree.at(nlohmann::ordered_json::json_pointer(pointer)).items()) {
     if (!item.value().is_object()) written_keys.push_back(item.key());  // parallel.partition has its own table
   }
-  std::vector<std::string> table_keys;
-  for (const auto& field : fields) {
-    const std::string key = section + "." + std::string(field.key);
-    table_keys.emplace_back(field.key);
-    EXPECT_TRUE(rows.count(key)) << "field table key " << key << " has no row in docs/config.md";
-    EXPECT_FALSE(field.meaning.empty()) << key << ": the field table gives no meaning";
-  }
-  EXPECT_EQ(written_keys, table_keys) << "the writer's " << section << " keys are not its field table's";
+  expect_keys_documented_and_written(section, section, fields, written_keys, rows);
 }
 
 TEST(ConfigDoc, EveryFieldTableKeyIsDocumentedWithAMeaning) {
@@ -201,14 +211,7 @@ void expect_model_table(const std::string& type, const std::array<config::Field<
   for (const auto& item : tree.at("model").items()) {
     if (item.key() != "type") written_keys.push_back(item.key());
   }
-  std::vector<std::string> table_keys;
-  for (const auto& field : fields) {
-    const std::string key = "model." + std::string(field.key);
-    table_keys.emplace_back(field.key);
-    EXPECT_TRUE(rows.count(key)) << "field table key " << key << " (" << type << ") has no row in docs/config.md";
-    EXPECT_FALSE(field.meaning.empty()) << key << ": the field table gives no meaning";
-  }
-  EXPECT_EQ(written_keys, table_keys) << "the writer's " << type << " model keys are not its field table's";
+  expect_keys_documented_and_written("model", type + " model", fields, written_keys, rows);
 }
 
 TEST(ConfigDoc, EveryModelTypeTableKeyIsDocumentedAndWritten) {

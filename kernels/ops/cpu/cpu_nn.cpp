@@ -9,6 +9,7 @@
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/maxpool.hpp"
+#include "kernels/ops/conv2d_shape.hpp"
 #include "kernels/ops/cpu/cpu_resources.hpp"
 #include "kernels/ops/cpu/cpu_slots.hpp"
 #include "kernels/ops/cpu_chunked_view.hpp"
@@ -82,15 +83,7 @@ void position_embedding_backward(const Context& ctx, const Tensor& dx, const Ten
 namespace {
 
 kc::Conv2dShape conv_shape(const Tensor& x, const Tensor& weight, const Conv2dParams& params) {
-  kc::Conv2dShape s;
-  s.batch = x.dim(0);
-  s.in_channels = x.dim(1);
-  s.height = x.dim(2);
-  s.width = x.dim(3);
-  s.out_channels = weight.dim(0);
-  s.kernel = weight.dim(2);
-  s.stride = params.stride;
-  s.padding = params.padding;
+  const auto s = conv2d_shape_of<kc::Conv2dShape>(x, weight, params);
   kc::conv2d_check_shape(s);
   return s;
 }

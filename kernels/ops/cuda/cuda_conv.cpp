@@ -5,21 +5,14 @@
 // arg-max), f32 or bf16 in place.
 #include "kernels/cuda/conv2d.hpp"
 #include "kernels/cuda/maxpool.hpp"
+#include "kernels/ops/conv2d_shape.hpp"
 #include "kernels/ops/cuda/cuda_slots.hpp"
 
 namespace cleave::ops::cuda_detail {
 namespace {
 
 kd::Conv2dShape conv_shape(const Tensor& x, const Tensor& weight, const Conv2dParams& params) {
-  kd::Conv2dShape s;
-  s.batch = x.dim(0);
-  s.in_channels = x.dim(1);
-  s.height = x.dim(2);
-  s.width = x.dim(3);
-  s.out_channels = weight.dim(0);
-  s.kernel = weight.dim(2);
-  s.stride = params.stride;
-  s.padding = params.padding;
+  const auto s = conv2d_shape_of<kd::Conv2dShape>(x, weight, params);
   kd::conv2d_check_shape(s);
   return s;
 }

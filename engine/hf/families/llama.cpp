@@ -18,10 +18,6 @@ constexpr std::array<std::string_view, 20> kKeys = {
     "rope_parameters", "rms_norm_eps",  "attention_dropout", "layer_types",
     "sliding_window"};  // read to refuse a relabelled Mistral
 
-HfModelConfig read_llama(const Keys& k) { return llama_like::read(k, kVariant); }
-void write_llama(const ModelDims& d, const nlohmann::json& model, nlohmann::json& out) {
-  llama_like::write(kVariant, d, model, out);
-}
 // No window, no biases.
 bool llama_holds(const ModelDims& d, const nlohmann::json& model) {
   return !d.qkv_bias && !d.qk_norm && model.value("sliding_window", std::int64_t{0}) == 0;
@@ -30,11 +26,9 @@ bool llama_holds(const ModelDims& d, const nlohmann::json& model) {
 }  // namespace
 
 HfArchitecture llama_architecture() {
-  HfArchitecture a = llama_like::architecture(Architecture::kLlama, "LlamaForCausalLM", "llama");
+  HfArchitecture a = llama_like::dense_architecture<kVariant>("LlamaForCausalLM", "llama");
   a.keys = kKeys;
-  a.read_config = read_llama;
   a.holds = llama_holds;
-  a.write_config = write_llama;
   return a;
 }
 

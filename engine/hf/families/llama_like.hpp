@@ -36,4 +36,18 @@ std::string canonical_name(const std::string& hf_name);
 HfArchitecture architecture(Architecture architecture, std::string_view class_name, std::string_view model_type,
                             std::string_view export_note = {});
 
+// A dense class's row (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM): architecture()'s
+// for V.architecture, with read_config and write_config this file's read and write of the class's Variant V. The
+// class's own file sets its keys and holds.
+template <const Variant& V>
+HfArchitecture dense_architecture(std::string_view class_name, std::string_view model_type,
+                                  std::string_view export_note = {}) {
+  HfArchitecture a = architecture(V.architecture, class_name, model_type, export_note);
+  a.read_config = [](const Keys& k) { return read(k, V); };
+  a.write_config = [](const ModelDims& d, const nlohmann::json& model, nlohmann::json& out) {
+    write(V, d, model, out);
+  };
+  return a;
+}
+
 }  // namespace cleave::hf::llama_like

@@ -16,10 +16,6 @@ constexpr std::array<std::string_view, 18> kKeys = {
     "rope_theta",    "rope_scaling",    "rope_parameters",   "rms_norm_eps",        "attention_dropout",
     "layer_types",   "sliding_window",  "max_window_layers"};
 
-HfModelConfig read_mistral(const Keys& k) { return llama_like::read(k, kVariant); }
-void write_mistral(const ModelDims& d, const nlohmann::json& model, nlohmann::json& out) {
-  llama_like::write(kVariant, d, model, out);
-}
 bool mistral_holds(const ModelDims& d, const nlohmann::json& model) {
   return !d.qkv_bias && !d.qk_norm && model.value("sliding_window_from_layer", std::int64_t{0}) == 0;
 }
@@ -28,11 +24,9 @@ bool mistral_holds(const ModelDims& d, const nlohmann::json& model) {
 
 HfArchitecture mistral_architecture() {
   HfArchitecture a =
-      llama_like::architecture(Architecture::kMistral, "MistralForCausalLM", "mistral", " (with a sliding window)");
+      llama_like::dense_architecture<kVariant>("MistralForCausalLM", "mistral", " (with a sliding window)");
   a.keys = kKeys;
-  a.read_config = read_mistral;
   a.holds = mistral_holds;
-  a.write_config = write_mistral;
   return a;
 }
 

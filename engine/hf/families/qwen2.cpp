@@ -19,21 +19,14 @@ constexpr std::array<std::string_view, 19> kKeys = {
     "rope_theta",    "rope_scaling",    "rope_parameters",   "rms_norm_eps",        "attention_dropout",
     "layer_types",   "use_sliding_window", "sliding_window", "max_window_layers"};
 
-HfModelConfig read_qwen2(const Keys& k) { return llama_like::read(k, kVariant); }
-void write_qwen2(const ModelDims& d, const nlohmann::json& model, nlohmann::json& out) {
-  llama_like::write(kVariant, d, model, out);
-}
 bool qwen2_holds(const ModelDims& d, const nlohmann::json&) { return d.qkv_bias && !d.qk_norm; }
 
 }  // namespace
 
 HfArchitecture qwen2_architecture() {
-  HfArchitecture a =
-      llama_like::architecture(Architecture::kQwen2, "Qwen2ForCausalLM", "qwen2", " (with q/k/v biases)");
+  HfArchitecture a = llama_like::dense_architecture<kVariant>("Qwen2ForCausalLM", "qwen2", " (with q/k/v biases)");
   a.keys = kKeys;
-  a.read_config = read_qwen2;
   a.holds = qwen2_holds;
-  a.write_config = write_qwen2;
   return a;
 }
 

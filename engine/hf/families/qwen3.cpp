@@ -18,10 +18,6 @@ constexpr std::array<std::string_view, 20> kKeys = {
     "rope_theta",    "rope_scaling",    "rope_parameters",   "rms_norm_eps",        "attention_dropout",
     "layer_types",   "use_sliding_window", "sliding_window", "max_window_layers",   "attention_bias"};
 
-HfModelConfig read_qwen3(const Keys& k) { return llama_like::read(k, kVariant); }
-void write_qwen3(const ModelDims& d, const nlohmann::json& model, nlohmann::json& out) {
-  llama_like::write(kVariant, d, model, out);
-}
 bool qwen3_holds(const ModelDims& d, const nlohmann::json& model) {
   return d.qk_norm && !d.qkv_bias && model.value("sliding_window", std::int64_t{0}) == 0;
 }
@@ -29,11 +25,9 @@ bool qwen3_holds(const ModelDims& d, const nlohmann::json& model) {
 }  // namespace
 
 HfArchitecture qwen3_architecture() {
-  HfArchitecture a = llama_like::architecture(Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3", " (with q/k norms)");
+  HfArchitecture a = llama_like::dense_architecture<kVariant>("Qwen3ForCausalLM", "qwen3", " (with q/k norms)");
   a.keys = kKeys;
-  a.read_config = read_qwen3;
   a.holds = qwen3_holds;
-  a.write_config = write_qwen3;
   return a;
 }
 

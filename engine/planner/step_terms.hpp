@@ -370,13 +370,13 @@ double optimizer_step_s(const TermContext& c, double local_params, double expert
 
 // --- Assembly ----------------------------------------------------------------------------------------------
 
-// One stage's actions, term by term, per micro-batch (F, I, W) or per step (REDUCE_GRAD).
 // Expert parallelism's meetings per micro-batch: its all-to-alls (dispatch, combine in F; their gradients, and under
 // full recomputation the rerun's two, in I) and count exchanges (F; the rerun's in I).
 struct EpMeetings {
   double all_to_alls_forward = 0, all_to_alls_backward = 0, counts_forward = 0, counts_backward = 0;
   int blocks = 0;  // the stage's blocks with routed experts under ep
 };
+// One stage's actions, term by term, per micro-batch (F, I, W) or per step (REDUCE_GRAD).
 struct StageCosts {
   ActionTerms forward, input_grad, weight_grad, reduce_grad;
   double step_gather_s = 0;   // ZeRO-1/2, after the optimizer step (exposed)

@@ -9,9 +9,11 @@ step, the largest block), and its last step's timeline (train.trace: rank 0's F 
 REDUCE_GRAD, OPTIMIZER_STEP); beside `cleave simulate --config --json` of the same layout on the profile (step_s,
 its breakdown and `ep_exchange_s` per block and micro-batch). Prints one JSON object per run and a table.
 
-Usage: ep_waits.py CLEAVE OUTDIR --model NAME=CONFIG[@ep4,...] [--model ...] [--layouts dp2,ep2,ep4] [--rounds 3] [--steps 12]
-                   [--lock /work/build.lock] [--profile NAME=FILE] [--before BIN]
+Usage: ep_waits.py CLEAVE OUTDIR --model NAME=CONFIG[@ep4,...] [--model ...] [--layouts dp2,ep2 ("" none)]
+                   [--rounds 3] [--steps 12] [--lock /work/build.lock] [--profile NAME=FILE] [--before BIN]
        ep_waits.py --table OUTDIR/rows.json   (the markdown table of a finished run)
+       ep_waits.py --reprice OUTDIR CLEAVE NAME=CONFIG...   (a finished run priced again by another build: its own
+                   predictions the "before", CLEAVE's the "after"; OUTDIR/rows-repriced.json and the table)
 --before BIN prices every run with a second binary too (an older build, on the same profile: the "before").
 """
 import argparse
@@ -130,9 +132,28 @@ def table(rows):
             t["forward"] + t["input_grad"] + t["weight_grad"]))
 
 
+def reprice(out, cleave, models, profile_ranks=2):
+    """The rows of a finished run priced again by CLEAVE on the run's own profiles: its predictions become the
+    "before" (the binary that ran it), CLEAVE's the "after"; writes OUT/rows-repriced.json."""
+    rows = json.load(open(os.path.join(out, "rows.json")))
+    for r in rows:
+        config = models[r["model"]]
+        prof = os.path.join(out, "%s-np%d.json" % (r["model"], profile_ranks))
+        r["predicted_before"] = r["predicted"]
+        r["predicted"] = predict(os.path.realpath(cleave), config, prof, r["layout"])
+        if r["measured"]["f_measured"]:
+            r["predicted_at_measured_f"] = predict(os.path.realpath(cleave), config, prof, r["layout"],
+                                                   r["measured"]["f_measured"])
+    json.dump(rows, open(os.path.join(out, "rows-repriced.json"), "w"), indent=1)
+    table(rows)
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--table":
         table(json.load(open(sys.argv[2])))
+        return
+    if len(sys.argv) >= 5 and sys.argv[1] == "--reprice":  # --reprice OUT CLEAVE NAME=CONFIG...
+        reprice(sys.argv[2], sys.argv[3], dict(m.split("=", 1) for m in sys.argv[4:]))
         return
     ap = argparse.ArgumentParser()
     ap.add_argument("cleave")
@@ -154,7 +175,7 @@ def main():
         models[name], _, more = rest.partition("@")
         extra[name] = more.split(",") if more else []
     profiles = dict(p.split("=", 1) for p in a.profile)
-    layouts = a.layouts.split(",")
+    layouts = [l for l in a.layouts.split(",") if l]  # "" for none: each model's own @layouts only
     for name, config in models.items():
         if name in profiles:
             continue

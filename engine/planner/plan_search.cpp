@@ -61,19 +61,27 @@ std::string oversubscription_warning(const PlanEstimate& e) {
                                        "computes on {:.2f} of a core, priced {:.2f}x the profile's compute",
                                        e.choice.layout(), e.ranks_on_node, e.cores_per_node, per_core,
                                        static_cast<double>(e.cores_per_node) / e.ranks_on_node, e.core_sharing);
-  const std::string pipeline =
+  std::string holders =
       e.core_holder_wait_s > 0
           ? fmt::format("; each pipeline transfer's receiver waits {:.3f} ms for the rank holding its core to end an "
                         "action (not running 1 - 1/{:.1f} of the time, half the pipeline's mean action on a core)",
                         e.core_holder_wait_s * 1e3, per_core)
           : "";
+  const std::string experts =
+      e.ep_core_holder_wait_s > 0
+          ? fmt::format("; each ep all-to-all and count exchange waits {:.3f} ms for the ranks holding its peers' "
+                        "cores ({} peers, each not running 1 - 1/{:.1f} of the time, half the mean action between "
+                        "meetings)",
+                        e.ep_core_holder_wait_s * 1e3, e.choice.ep - 1, per_core)
+          : "";
+  holders += experts;
   if (e.handoff_s > 0 || e.time_shared_compute > 1) {
     return head + fmt::format(" ({:.3f}x of it the measured cost of sharing a core) and {:.1f} us per handoff to a "
                               "descheduled peer, at least one per phase of every collective with peers, priced from "
                               "the profile's time sharing{}; cleave plan --trial K measures them",
-                              e.time_shared_compute, e.handoff_s * 1e6, pipeline);
+                              e.time_shared_compute, e.handoff_s * 1e6, holders);
   }
-  return head + pipeline +
+  return head + holders +
          "; ranks that wait for a core also wait for each other at every collective inside a pass (a "
          "descheduled peer's time slice: not priced, the profile has no time_sharing measurement), so measured "
          "steps can be slower still (cleave plan --trial K measures them)";

@@ -70,7 +70,9 @@ struct PlanChoice {
 // the router log's moe_ep_<kind>_ms and moe_ep_<kind>_wait_ms measure (engine/train/router_metrics.hpp).
 struct EpExchangePrice {
   double all_to_all_s = 0;     // the four all-to-alls' latency and bytes (ep_all_to_all_s), with a full rerun's two
-  double meetings_s = 0;       // their meetings: sync_wait_per_meeting and the handoffs to time-shared peers
+  // Their meetings: sync_wait_per_meeting, the handoffs to time-shared peers and (more ranks than cores) the waits for
+  // the ranks holding the peers' cores (ep_core_holder_wait_s).
+  double meetings_s = 0;
   double count_exchange_s = 0; // the count exchange with its meeting (F, and the rerun's under full recomputation)
   double peer_wait_s = 0;      // the peers' lost time (sync_wait_per_compute) waited at the count exchange and here
   // The busiest ep rank's extra expert compute over the mean rank's (expert_imbalance_compute less the mean rows'),
@@ -117,6 +119,9 @@ struct PlanEstimate {
   // A pipeline over more ranks than cores: what each transfer's receiver waits for its core's holder to end an action
   // (step_terms.hpp, core_holder_wait_s); 0 where it is not.
   double core_holder_wait_s = 0;
+  // Expert parallelism over more ranks than cores: what each all-to-all and count exchange waits for the ranks holding
+  // its peers' cores (step_terms.hpp, ep_core_holder_wait_s); 0 where it is not.
+  double ep_core_holder_wait_s = 0;
   bool oversubscribed() const { return cores_per_node > 0 && ranks_on_node > cores_per_node; }
 };
 

@@ -370,6 +370,12 @@ double optimizer_step_s(const TermContext& c, double local_params, double expert
 
 // --- Assembly ----------------------------------------------------------------------------------------------
 
+// Expert parallelism's meetings per micro-batch: its all-to-alls (dispatch, combine in F; their gradients, and under
+// full recomputation the rerun's two, in I) and count exchanges (F; the rerun's in I).
+struct EpMeetings {
+  double all_to_alls_forward = 0, all_to_alls_backward = 0, counts_forward = 0, counts_backward = 0;
+  int blocks = 0;  // the stage's blocks with routed experts under ep
+};
 // One stage's actions, term by term, per micro-batch (F, I, W) or per step (REDUCE_GRAD).
 struct StageCosts {
   ActionTerms forward, input_grad, weight_grad, reduce_grad;
@@ -381,6 +387,10 @@ struct StageCosts {
   double expert_params = 0;   // of them, routed experts reduced and sharded over the expert-dp group (ep > 1)
   std::vector<BlockPassSeconds> blocks;  // compute per block kind, per micro-batch, at the core sharing
   EpExchangePrice ep_exchange;           // the stage's first moe block under ep (ep_exchange_price); zeros otherwise
+  // Per micro-batch, the meetings of the stage's passes: where a computing rank gives its core up (every tp and cp
+  // collective or ring hop, ep's all-to-alls and count exchanges), and of them ep's, per pass (the rerun's in I).
+  double meetings = 0;
+  EpMeetings ep_meetings;
 };
 // Every stage's costs; `working_set` per pp rank (bytes touched over a step) picks the warm or cold tables.
 std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std::int64_t>& working_set);
@@ -407,6 +417,16 @@ double core_holder_wait_s(double ranks_per_core, double holder_action_s);
 // on a whole core (the priced compute over the ranks' share of the cores, TermContext::core_sharing without the
 // stretch).
 double pipeline_mean_action_s(const TermContext& c, const std::vector<StageCosts>& stages);
+// More ranks than cores, ep's meetings (step_terms_core_holder.cpp; docs/planner.md, "More ranks than cores"): a rank
+// at an all-to-all or count exchange needs each of its ep - 1 peers on a core; each is not running with probability
+// 1 - 1/ρ and then waits for its core's holder, a rank computing until its next meeting, to end that action: per
+// meeting (ep - 1) × core_holder_wait_s(ρ, the mean action between meetings), the peers taken one after another as
+// collective_handoffs takes them. The holder's action: the stages' compute per micro-batch on a whole core over their
+// meetings (StageCosts::meetings, and a pipeline's actions where pp > 1). 0 unless the ranks outnumber the cores.
+double ep_core_holder_wait_s(const TermContext& c, const std::vector<StageCosts>& stages);
+// Adds ep_core_holder_wait_s per meeting to each stage's expert_all_to_all (the all-to-alls) and count_exchange
+// terms, and to its ep_exchange's own time (meetings_s, count_exchange_s: one block's). Nothing where it is 0.
+void add_ep_core_holder_waits(const TermContext& c, std::vector<StageCosts>& stages);
 
 // The simulator's inputs from the stage costs: F, I, W, REDUCE_GRAD per stage, the optimizer step (and the
 // busiest rank's ZeRO-1/2 gather), the boundary link. `optimizer` receives that step's terms.

@@ -29,6 +29,22 @@ struct StageBlocks {
   std::vector<double> block_main_bytes;  // per block, the gradient bytes reduced over the replicas (not the experts')
 };
 
+// A block's meetings per micro-batch into its stage's (StageCosts::meetings, ep_meetings): where a computing rank
+// gives its core up (add_ep_core_holder_waits).
+void count_meetings(const TermContext& c, const BlockCollectives& tp, const BlockCollectives& cp,
+                    const BlockCollectives& ep, StageCosts& st) {
+  st.meetings += tp.meetings_forward + tp.meetings_backward + cp.meetings_forward + cp.meetings_backward;
+  if (ep.forward_s <= 0) return;  // no routed experts under ep
+  const double rerun = c.choice->recompute == partition::Recompute::kFull ? 1.0 : 0.0;
+  EpMeetings& m = st.ep_meetings;
+  m.all_to_alls_forward += 2;               // dispatch, combine
+  m.all_to_alls_backward += 2 + 2 * rerun;  // their gradients, and the rerun's two
+  m.counts_forward += 1;
+  m.counts_backward += rerun;
+  m.blocks += 1;
+  st.meetings += 5 + 3 * rerun;
+}
+
 // Block b's terms into its stage's passes (at `warm`, the stage's cache warmth), and what it leaves for the
 // stage-level terms into `blocks`.
 void add_block(const TermContext& c, int b, double warm, StageCosts& st, StageBlocks& blocks) {
@@ -75,6 +91,7 @@ void add_block(const TermContext& c, int b, double warm, StageCosts& st, StageBl
   const CountExchange counts = expert_count_exchange(c, b, even);  // before each dispatch: latency and a meeting
   st.forward[T::kCountExchange] += counts.forward_s + counts.wait_forward_s;
   st.input_grad[T::kCountExchange] += counts.rerun_s + counts.wait_rerun_s;
+  count_meetings(c, tp, cp, ep, st);
   const SyncWait meet = peer_sync_wait(c, compute, tp, cp, ep, counts);  // the peers' lost time, at the pass's meetings
   st.forward[meet.forward_term] += meet.forward_s;
   st.input_grad[meet.backward_term] += meet.backward_s;
@@ -210,6 +227,7 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
     if (s + 1 < num_stages) st.comm_bytes += 2 * c.micro_batches * st.output_bytes;
   }
   scatter_gather_boundaries(c, stages);
+  add_ep_core_holder_waits(c, stages);  // needs every stage's compute: the holder's action is their mean
   return stages;
 }
 

@@ -261,6 +261,60 @@ TEST_F(EpPlanSearch, PricesEachAllToAllAsOneMessagePerPeerOnTheMeasuredFit) {
   EXPECT_NEAR(e.ep_all_to_all_s, 4 * 3 * (1.5e-5 + bytes / 4 / 6e9), 1e-15);
 }
 
+// More ranks than cores (docs/planner.md, "More ranks than cores"): ep4 on 2 cores, every all-to-all and count exchange
+// waits for its 3 peers' core holders, each not running half the time, for half the mean action between meetings:
+// the stage's compute per micro-batch on a whole core (priced at 2x, the cores' share) over its 10 meetings (2 moe
+// blocks: count exchange, dispatch, combine in F; both gradients in I). The same plan with a device per rank (no core
+// count) prices the exchanges without it and the rest at 1x; ep2 on the same 2 cores (one rank per core) prices every
+// term as with a device per rank, bit for bit.
+TEST_F(EpPlanSearch, OversubscribedEpMeetingsWaitForThePeersCoreHolders) {
+  const std::string config = write("moe.json", kMoe);
+  HardwareProfile shared = profile(1e-5, 1e8);
+  shared.device_type = DeviceType::kCpu;
+  shared.flops_f32 = shared.flops_bf16 = 1e9;
+  shared.cores_per_node = 2;
+  shared.measured_ranks_per_node = 2;
+  HardwareProfile devices = shared;
+  devices.cores_per_node = 0;
+  SearchOptions options{4, 0};
+  options.ep_imbalance = 1.5;
+  PlanChoice c = choice_of_config(config, {}, 4);
+  c.ep = 4;
+  const PlanEstimate e = estimate_plan(config, {}, c, shared, options);
+  const PlanEstimate own = estimate_plan(config, {}, c, devices, options);
+  ASSERT_TRUE(e.valid && own.valid) << e.reason << own.reason;
+  ASSERT_TRUE(e.oversubscribed());
+  ASSERT_DOUBLE_EQ(e.core_sharing, 2.0);
+  using T = StepTerm;
+  const double micro_batches = 2;  // global 8 over dp 4, micro 1
+  const double compute = e.breakdown[T::kForward] + e.breakdown[T::kInputGrad] + e.breakdown[T::kWeightGrad] +
+                         e.breakdown[T::kElementwise] + e.breakdown[T::kKernelLaunch];
+  ASSERT_GT(compute, 0);
+  const double action = compute / micro_batches / 2.0 / 10;
+  const double each = 3 * (1 - 1.0 / 2) * action / 2;
+  EXPECT_NEAR(e.ep_core_holder_wait_s, each, 1e-15);
+  EXPECT_NEAR(e.breakdown[T::kExpertAllToAll] - own.breakdown[T::kExpertAllToAll], micro_batches * 2 * 4 * each,
+              1e-12);
+  EXPECT_NEAR(e.breakdown[T::kCountExchange] - own.breakdown[T::kCountExchange], micro_batches * 2 * each, 1e-12);
+  EXPECT_NEAR(e.ep_exchange.meetings_s - own.ep_exchange.meetings_s, 4 * each, 1e-15);
+  EXPECT_NEAR(e.ep_exchange.count_exchange_s - own.ep_exchange.count_exchange_s, each, 1e-15);
+  EXPECT_EQ(own.ep_core_holder_wait_s, 0.0);
+  EXPECT_NE(oversubscription_warning(e).find("each ep all-to-all and count exchange waits"), std::string::npos)
+      << oversubscription_warning(e);
+  // One rank per core: nothing waits, and every term is the device-per-rank plan's.
+  c = choice_of_config(config, {}, 2);
+  c.ep = 2;
+  const PlanEstimate two = estimate_plan(config, {}, c, shared, SearchOptions{2, 0});
+  const PlanEstimate two_own = estimate_plan(config, {}, c, devices, SearchOptions{2, 0});
+  ASSERT_TRUE(two.valid && two_own.valid) << two.reason << two_own.reason;
+  EXPECT_FALSE(two.oversubscribed());
+  EXPECT_EQ(two.ep_core_holder_wait_s, 0.0);
+  EXPECT_EQ(two.step_s, two_own.step_s);
+  for (std::size_t t = 0; t < two.breakdown.seconds.size(); ++t) {
+    EXPECT_EQ(two.breakdown.seconds[t], two_own.breakdown.seconds[t]) << t;
+  }
+}
+
 // The split simulate --json reports (EpExchangePrice) against the router log's measured split, by hand on a link
 // profile at 1 GFLOP/s without a wait measured: own = the four all-to-alls + the count exchange (no meetings priced);
 // the imbalance wait = the busiest rank's extra expert GEMMs, (f - 1) x 3 GEMMs x 2·T·k·D·F FLOPs per pass, in F, I
@@ -456,7 +510,9 @@ TEST_F(EpPlanSearch, OversubscribedExchangesWaitYieldingHandoffs) {
   c.ep = 4;
   const PlanEstimate before = estimate_plan(config, {}, c, p, options);
   ASSERT_TRUE(before.valid) << before.reason;
-  EXPECT_EQ(before.ep_exchange.meetings_s, 0.0);
+  // Without the key only the wait for the peers' core holders (OversubscribedEpMeetingsWaitForThePeersCoreHolders),
+  // on compute that costs (almost) nothing here.
+  EXPECT_NEAR(before.ep_exchange.meetings_s, 0.0, 1e-15);
   p.measured.time_sharing = partition::MeasuredCosts::TimeSharing{2, 2.0, 25e-6, 500e-6, "recorded"};
   const PlanEstimate shared = estimate_plan(config, {}, c, p, options);
   ASSERT_TRUE(shared.valid) << shared.reason;

@@ -4,8 +4,9 @@
 // collectives, pipeline transfers, ZeRO gathers, the gradient reduction): as many per collective as its algorithm's
 // phases times the peers each phase waits for that are not running (collective_handoffs). A profile without the key,
 // or a layout with no more ranks than cores, prices exactly as before; a pipeline's transfers on more ranks than cores
-// wait for their core's holder (core_holder_wait_s) with or without the key. The key round-trips and bad values are
-// refused by name. The figures are fixed here (a profile as `cleave profile` writes it), never this machine's.
+// wait for their core's holder (core_holder_wait_s) with or without the key, and so does each of ep's meetings for its
+// peers' holders (ep_core_holder_wait_s). The key round-trips and bad values are refused by name. The figures are
+// fixed here (a profile as `cleave profile` writes it), never this machine's.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -202,6 +203,66 @@ TEST(CoreHolder, TheHoldersActionIsThePipelinesMeanActionOnAWholeCore) {
       EXPECT_EQ(w.forward_s, 0.0);
       EXPECT_EQ(w.backward_s, 0.0);
     }
+  }
+}
+
+TEST(CoreHolder, EachEpMeetingWaitsForThePeersHoldersOverTheMeanActionBetweenMeetings) {
+  // A constructed context: one stage, ep4 on 2 cores (ρ 2), compute priced 2 (the cores' share) × 1.25 (the stretch).
+  HardwareProfile p = two_cores(false);
+  PlanChoice choice{1, 1, 4, 1, "1f1b", 1, 0, partition::Recompute::kNone, 8, false};
+  choice.ep = 4;
+  TermContext c;
+  c.profile = &p;
+  c.choice = &choice;
+  c.compute_stretch = 1.25;
+  c.core_sharing = 2.0 * 1.25;
+  c.oversubscription = 2.0;
+  std::vector<StageCosts> stages(1);
+  StageCosts& s = stages[0];
+  s.forward[StepTerm::kForward] = 8e-3;
+  s.forward[StepTerm::kElementwise] = 2e-3;
+  s.input_grad[StepTerm::kInputGrad] = 6e-3;
+  s.weight_grad[StepTerm::kWeightGrad] = 4e-3;
+  s.forward[StepTerm::kExpertAllToAll] = 1e-3;  // not compute
+  // Two moe blocks: 4 all-to-alls and 2 count exchanges in F, 4 all-to-alls in I; 10 meetings in all.
+  s.ep_meetings = EpMeetings{4, 4, 2, 0, 2};
+  s.meetings = 10;
+  s.ep_exchange.all_to_all_s = 0.4e-3;
+  // 20 ms priced over the share 2 (the stretch kept) = 10 ms on a whole core, 1 ms between meetings; each of the 3
+  // peers is behind a computing holder half the time, for half its action: 3 × 0.5 × 0.5 ms = 0.75 ms per meeting.
+  EXPECT_NEAR(ep_core_holder_wait_s(c, stages), 0.75e-3, 1e-15);
+  add_ep_core_holder_waits(c, stages);
+  EXPECT_NEAR(s.forward[StepTerm::kExpertAllToAll], 1e-3 + 4 * 0.75e-3, 1e-15);
+  EXPECT_NEAR(s.input_grad[StepTerm::kExpertAllToAll], 4 * 0.75e-3, 1e-15);
+  EXPECT_NEAR(s.forward[StepTerm::kCountExchange], 2 * 0.75e-3, 1e-15);
+  EXPECT_EQ(s.input_grad[StepTerm::kCountExchange], 0.0);
+  // One block's split: its 4 all-to-alls' waits in meetings_s, its count exchange's in count_exchange_s.
+  EXPECT_NEAR(s.ep_exchange.meetings_s, 4 * 0.75e-3, 1e-15);
+  EXPECT_NEAR(s.ep_exchange.count_exchange_s, 0.75e-3, 1e-15);
+  // A pipeline's actions also end a holder's run: pp2 adds 3 per stage (F, I, W): 10 ms over 13.
+  PlanChoice piped = choice;
+  piped.pp = 2;
+  TermContext pc = c;
+  pc.choice = &piped;
+  EXPECT_NEAR(ep_core_holder_wait_s(pc, stages), 3 * 0.5 * (10e-3 / 13) / 2, 1e-15);
+  // ep2 on the same cores: one peer; 3 ranks on 2 cores: 1/3 of the time.
+  choice.ep = 2;
+  EXPECT_NEAR(ep_core_holder_wait_s(c, stages), 0.25e-3, 1e-15);
+  choice.ep = 4;
+  c.oversubscription = 1.5;
+  EXPECT_NEAR(ep_core_holder_wait_s(c, stages), 3 * (1.0 / 3) * 0.5e-3, 1e-15);
+  // No more ranks than cores, or no ep: nothing waits and nothing moves.
+  for (const auto& [over, ep] : {std::pair{1.0, 4}, std::pair{2.0, 1}}) {
+    c.oversubscription = over;
+    choice.ep = ep;
+    std::vector<StageCosts> same(1);
+    same[0].ep_meetings = EpMeetings{4, 4, 2, 0, 2};
+    same[0].meetings = 10;
+    same[0].forward[StepTerm::kForward] = 8e-3;
+    EXPECT_EQ(ep_core_holder_wait_s(c, same), 0.0);
+    add_ep_core_holder_waits(c, same);
+    EXPECT_EQ(same[0].forward[StepTerm::kExpertAllToAll], 0.0);
+    EXPECT_EQ(same[0].forward[StepTerm::kCountExchange], 0.0);
   }
 }
 

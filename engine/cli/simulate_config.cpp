@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/cli/args.hpp"
+#include "engine/cli/ep_memory_args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
@@ -102,8 +103,9 @@ void add_communication_option_args(ArgParser& p) {
             "price a block's tp collectives as running under that block's compute of the same pass\n"
             "(Megatron-Core's --tp-comm-overlap; needs parallel.sequence_parallel)")
       .number("--ep-imbalance", "F",
-              "expert parallelism: the busiest ep rank's routed rows over the mean (default 0: the\n"
-              "expected figure for uniformly random top-k routing; docs/planner.md#expert-parallelism)", 0, 0);
+              "expert parallelism: the busiest ep rank's routed rows over the mean, the time only (default 0:\n"
+              "the expected figure for uniformly random top-k routing; docs/planner.md#expert-parallelism)", 0, 0);
+  add_ep_memory_args(p);
 }
 
 ArgParser simulate_config_args() {
@@ -112,6 +114,7 @@ ArgParser simulate_config_args() {
               "                [--json] [--svg FILE] [--trace FILE] [--scatter-gather] [--explain]\n"
               "                [--attention memory_efficient|probabilities|probabilities_dropout]\n"
               "                [--attention-kernel NAME] [--ep-imbalance F]\n"
+              "                [--ep-stash-imbalance S] [--ep-peak-imbalance P]\n"
               "                [--overlap-grad-reduce] [--tp-comm-overlap]\n"
               "                [--param-gather-dtype f32|bf16] [--cross-entropy fused|float32|torch_float32] [--hidden-dropout]\n"
               "                [--dense-embedding-grad] [--blocking-p2p] [--selective-recompute attention|torchtitan_op]\n"
@@ -267,6 +270,7 @@ void apply_communication_options(const Args& args, const config::RunConfig& base
   CLEAVE_CHECK_INPUT(options.ep_imbalance == 0 || partition::routed_experts(run_plan::model_spec(base.model)) > 0,
                "simulate --config: --ep-imbalance {} prices expert parallelism, and model.type {} has no experts (only "
                "\"moe\" has); drop --ep-imbalance", options.ep_imbalance, base.model.type);
+  options.ep_memory = ep_memory_imbalance(args, "simulate --config", base);
 }
 
 // What the summary and the JSON report besides the estimate: the plan simulated, how it was priced, and the model's

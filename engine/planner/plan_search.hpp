@@ -209,7 +209,7 @@ struct SearchOptions {
   double ep_imbalance = 0;
   // Expert parallelism's rows for the memory plan (`--ep-stash-imbalance`, `--ep-peak-imbalance`): a field 0 = the
   // dropless bound (partition::workload_ep_row_bound), which no routing exceeds (partition::EpMemoryImbalance).
-  partition::EpMemoryImbalance ep_memory;
+  partition::EpMemoryImbalance ep_memory{};
   // false: a plan over the cap is returned once its memory is known (valid, fits false, the reason, the peak and
   // its categories), without its step priced (step_s, breakdown, ... stay 0). search_plans sets it: nothing reads an
   // over-cap plan's time (cleave plan counts those plans and names the one closest to the cap by memory).

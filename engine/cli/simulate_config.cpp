@@ -24,6 +24,7 @@
 #include "engine/planner/plan_search.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/cost_model.hpp"
+#include "partition/ep_costs.hpp"
 #include "partition/ep_rules.hpp"
 #include "pipeline/trace.hpp"
 
@@ -284,6 +285,8 @@ struct Simulated {
   std::string unit;  // "tok" for a language model, else "samples"
   std::int64_t total_params = 0;
   std::int64_t active_params = 0;
+  // The memory plan's ep figures as it sized the rows (options.ep_memory, the dropless bound where not given).
+  partition::EpMemoryImbalance ep_memory{1.0};
 };
 
 // Per pp rank: the memory plan by category, the cp K/V exchange, the timeline and its peak.
@@ -317,6 +320,7 @@ nlohmann::json simulated_fields(const Simulated& s) {
           {"sequence_parallel", choice.sequence_parallel},
           {"expert_parallel", choice.ep},
           {"ep_imbalance", e.ep_imbalance},
+          {"ep_memory_imbalance", {{"stash", s.ep_memory.stash}, {"peak", s.ep_memory.peak}}},
           {"ep_all_to_all_s", e.ep_all_to_all_s},
           {"comm_bytes", e.comm_bytes},
           {"param_count", s.total_params},
@@ -405,7 +409,10 @@ void print_summary(const Simulated& s, const std::string& config_path, int world
   if (choice.ep > 1) {
     std::printf("expert parallelism ep%d: busiest rank's routed rows %.3fx the mean (expected for uniform top-k routing; "
                 "cleave plan --ep-imbalance sets it); one moe block's four all-to-alls per micro-batch %.3f ms (the "
-                "expert_all_to_all term, in the tp figure above)\n", choice.ep, e.ep_imbalance, e.ep_all_to_all_s * 1e3);
+                "expert_all_to_all term, in the tp figure above); the memory plan's rows at %.3fx summed over the "
+                "blocks and %.3fx in the busiest block (--ep-stash-imbalance, --ep-peak-imbalance; the dropless bound "
+                "where not given)\n", choice.ep, e.ep_imbalance, e.ep_all_to_all_s * 1e3, s.ep_memory.stash,
+                s.ep_memory.peak);
   }
   if (explain) {
     std::printf("the predicted step, term by term (busiest pp rank %d):\n", e.breakdown.rank);
@@ -464,7 +471,8 @@ int run_simulate_config(int argc, char** argv) {
   const Simulated simulated{choice, e, details, profile, options,
                             partition::is_language_model(base.model.type) ? "tok" : "samples",
                             partition::unique_param_count(spec, 0, spec.blocks.size()),
-                            partition::active_param_count(spec)};
+                            partition::active_param_count(spec),
+                            options.ep_memory.or_bound(partition::workload_ep_row_bound(spec, choice.ep))};
   write_timeline_files(svg, trace, simulated);
   if (args.on("--json")) {
     std::printf("%s\n", simulated_json(simulated).dump(2).c_str());

@@ -12,8 +12,9 @@
 //   forward:  dispatch (rows to their experts' ranks)          and combine (expert outputs back to the tokens);
 //   backward: the combine's gradient (token rank -> expert rank) and the dispatch's gradient (back again).
 // The time of an all-to-all is set by its busiest rank: imbalance = (max over ranks of the rows an expert rank
-// receives) / (their mean). The default is what uniformly random top-k routing gives (expected_ep_imbalance);
-// `cleave plan --ep-imbalance F` sets it (docs/planner.md, "Expert parallelism").
+// receives) / (their mean). The time's default is what uniformly random top-k routing gives
+// (expected_ep_imbalance; `cleave plan --ep-imbalance F` sets it); the memory plan's is the bound no routing exceeds
+// (ep_row_bound; EpMemoryImbalance) (docs/planner.md, "Expert parallelism" and "Expert parallelism's memory").
 #pragma once
 
 #include <cstdint>
@@ -116,11 +117,12 @@ std::int64_t expert_param_count(const BlockSpec& block);
 // What ep changes in one moe block's per-sample activations on one tp rank (`cost`: the cost model's, at ep 1):
 // the routed-row tensors its experts run on scale from T·k rows to f · T·k rows, the rows the busiest rank
 // receives, f = imbalance.stash for what the block holds between its passes (summed over blocks by the walk) and
-// imbalance.peak for its input gradient's transient (one block at a time): in the forward stash xp (D) and g, u, h (F / tp; o returns to the rank's own T·k rows), in the
-// weight stash xp and do (D) and dg, du, h (F / tp); the input gradient's rise is re-costed as the larger of its
-// two ep phases (the experts' backward on the received rows with the combine's receive buffer, then the combine
-// with dx and the router's gradients; ep_costs.cpp) and the block's dense phase. Call it at ep > 1 only; a
-// no-op for a block without experts; under full recomputation the forward stash keeps no rows.
+// imbalance.peak for its input gradient's transient (one block at a time): in the forward stash xp (D) and g, u, h
+// (F / tp; o returns to the rank's own T·k rows), in the weight stash xp and do (D) and dg, du, h (F / tp); the
+// input gradient's rise is re-costed as the larger of its two ep phases (the experts' backward on the received rows
+// with the combine's receive buffer, then the combine with dx and the router's gradients; ep_costs.cpp) and the
+// block's dense phase. Call it at ep > 1 only, with both figures resolved (> 0); a no-op for a block without
+// experts; under full recomputation the forward stash keeps no rows.
 void add_ep_expert_rows(BlockCost& cost, const BlockSpec& block, DType dtype, Recompute recompute, int tp,
                         EpMemoryImbalance imbalance, bool sequence_parallel = false);
 

@@ -33,8 +33,9 @@ partition::EpMemoryImbalance ep_memory_imbalance(const Args& args, std::string_v
                        "has); drop {}", command, name, value, base.model.type, name);
   }
   CLEAVE_CHECK_INPUT(m.stash == 0 || m.peak == 0 || m.peak >= m.stash,
-                     "{}: --ep-peak-imbalance {} is below --ep-stash-imbalance {}: the busiest block's rows bound every "
-                     "block's, so their mean too (give P >= S, or 0 for the dropless bound)", command, m.peak, m.stash);
+                     "{}: --ep-peak-imbalance {} is below --ep-stash-imbalance {}: the busiest block's rows bound "
+                     "every block's, so their mean too (give P >= S, or 0 for the dropless bound)", command, m.peak,
+                     m.stash);
   return m;
 }
 

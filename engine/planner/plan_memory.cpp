@@ -32,7 +32,8 @@ std::vector<std::int64_t> estimate_memory(const run_plan::Plan& plan, const conf
     // The working set is a time input (a measured profile's warm tables): at the time model's ep imbalance (opts'
     // is resolved, with_ep_imbalance), not at the memory plan's bound.
     const run_plan::MemoryPlan timed =
-        choice.ep > 1 ? run_plan::estimate_rank_memory(plan, config, r, cpu, opts.ep_imbalance, opts.attention) : memory;
+        choice.ep > 1 ? run_plan::estimate_rank_memory(plan, config, r, cpu, opts.ep_imbalance, opts.attention)
+                      : memory;
     working_set[static_cast<std::size_t>(r)] =
         timed.total() - timed.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
     // The host line (PlanEstimate::host_pinned_bytes), on the planned device (0 on the CPU).

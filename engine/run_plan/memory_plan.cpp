@@ -87,7 +87,8 @@ std::string MemoryPlan::breakdown() const {
   return out;
 }
 
-MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, partition::EpMemoryImbalance ep_imbalance,
+MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank,
+                                partition::EpMemoryImbalance ep_imbalance,
                                 partition::AttentionKind attention) {
   return estimate_rank_memory(plan, config, pp_rank, unresolved_cpu_kernels(config), ep_imbalance, attention);
 }

@@ -62,6 +62,22 @@ double workload_ep_imbalance(const ModelSpec& spec, std::int64_t micro, int cp, 
   return 1.0;
 }
 
+double ep_row_bound(std::int64_t experts, std::int64_t top_k, int ep) {
+  CLEAVE_CHECK(experts > 0 && top_k > 0 && top_k <= experts && ep >= 1 && experts % ep == 0,
+               "expert parallelism: {} experts, top_k {} and ep {}: need 1 <= top_k <= experts and experts divisible "
+               "by ep", experts, top_k, ep);
+  return static_cast<double>(std::min<std::int64_t>(top_k, experts / ep)) * ep / static_cast<double>(top_k);
+}
+
+double workload_ep_row_bound(const ModelSpec& spec, int ep) {
+  double bound = 1.0;
+  if (ep <= 1) return bound;
+  for (const BlockSpec& b : spec.blocks) {
+    if (b.n_experts > 0) bound = std::max(bound, ep_row_bound(b.n_experts, b.top_k, ep));
+  }
+  return bound;
+}
+
 std::int64_t EpTraffic::sent(int rank) const {
   std::int64_t s = 0;
   for (int d = 0; d < ep; ++d) s += d == rank ? 0 : at(rank, d);
@@ -110,11 +126,16 @@ std::int64_t expert_param_count(const BlockSpec& block) {
 }
 
 void add_ep_expert_rows(BlockCost& cost, const BlockSpec& block, DType dtype, Recompute recompute, int tp,
-                        double imbalance, bool sequence_parallel) {
+                        EpMemoryImbalance imbalance, bool sequence_parallel) {
   if (block.n_experts <= 0) return;
+  CLEAVE_ASSERT(imbalance.stash > 0 && imbalance.peak > 0, "moe block {}: ep memory imbalance {} / {} unresolved",
+                block.name, imbalance.stash, imbalance.peak);
   const double b = static_cast<double>(dtype_size(dtype));
   const double mean_rows = static_cast<double>(block.seq_len * block.top_k);
-  const double more_rows = (imbalance - 1.0) * mean_rows;
+  // What the block holds between its passes is summed over the blocks and micro-batches in flight (the stash
+  // figure); its input gradient's phases run one block at a time (the peak figure).
+  const double more_rows = (imbalance.stash - 1.0) * mean_rows;
+  const double more_peak_rows = (imbalance.peak - 1.0) * mean_rows;
   const double d = static_cast<double>(block.in_features), f = static_cast<double>(block.d_ff / tp);
   // The rows a rank's experts run (layers/moe/moe_mlp.cpp under ep): the forward stash's xp [rows, D] and g, u, h
   // [rows, F / tp] (o is combined back into the rank's own T·k rows); the weight stash's xp, do [rows, D] and
@@ -136,10 +157,10 @@ void add_ep_expert_rows(BlockCost& cost, const BlockSpec& block, DType dtype, Re
   const bool sp = sequence_parallel && tp > 1;
   const double t = static_cast<double>(block.seq_len), ts = sp ? t / tp : t;
   const double dy = (sp ? ts * d + t * d : t * d) * b;
-  const double rows = imbalance * mean_rows;
+  const double rows = imbalance.peak * mean_rows;
   double experts = dy + rows * (2.0 * d + 3.0 * f) * b + mean_rows * d * b;
   if (recompute == Recompute::kFull) experts += static_cast<double>(cost.recompute_transient_bytes) - ts * d * b;
-  const double combine = static_cast<double>(phases.mixture) + more_rows * (d + 3.0 * f) * b;
+  const double combine = static_cast<double>(phases.mixture) + more_peak_rows * (d + 3.0 * f) * b;
   cost.backward_extra_bytes =
       std::max<std::int64_t>(phases.dense, std::llround(std::max(experts, combine)));
 }

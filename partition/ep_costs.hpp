@@ -12,8 +12,9 @@
 //   forward:  dispatch (rows to their experts' ranks)          and combine (expert outputs back to the tokens);
 //   backward: the combine's gradient (token rank -> expert rank) and the dispatch's gradient (back again).
 // The time of an all-to-all is set by its busiest rank: imbalance = (max over ranks of the rows an expert rank
-// receives) / (their mean). The default is what uniformly random top-k routing gives (expected_ep_imbalance);
-// `cleave plan --ep-imbalance F` sets it (docs/planner.md, "Expert parallelism").
+// receives) / (their mean). The time's default is what uniformly random top-k routing gives
+// (expected_ep_imbalance; `cleave plan --ep-imbalance F` sets it); the memory plan's is the bound no routing exceeds
+// (ep_row_bound; EpMemoryImbalance) (docs/planner.md, "Expert parallelism" and "Expert parallelism's memory").
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,34 @@ double expected_ep_imbalance(std::int64_t tokens, std::int64_t experts, std::int
 // micro-batch brings to the ep group (ep · micro · T / cp); 1 for ep 1 or a model without experts.
 double workload_ep_imbalance(const ModelSpec& spec, std::int64_t micro, int cp, int ep,
                              ExpectedMaxTable* table = nullptr);
+
+// The most rows one ep rank's experts can run, over the mean, for any routing (dropless: no token is dropped): a
+// token sends at most min(k, E/ep) of its k rows to one rank, so a rank runs at most min(k, E/ep) rows per token of
+// the group against the mean k / ep: min(k, E/ep) · ep / k (2 at ep 2 and 4 at ep 4 for E 8, k 2). 1 for ep 1.
+double ep_row_bound(std::int64_t experts, std::int64_t top_k, int ep);
+// The largest ep_row_bound over a model's moe blocks (1 for ep 1 or a model without experts).
+double workload_ep_row_bound(const ModelSpec& spec, int ep);
+
+// The imbalances the memory plan sizes expert parallelism's rows at (each the rows a rank's experts run over the
+// mean; engine/run_plan/rank_blocks.hpp, docs/planner.md "Expert parallelism's memory"). A rank's peak is its stash
+// of every block (and micro-batch) in flight, each at its own rows, plus one block's backward at that block's rows:
+//   stash: bounds a rank's stashed rows summed over the blocks and micro-batches it holds, over their mean (the
+//     largest, over ranks and steps, of a rank's mean over the blocks of its rows / the block's mean);
+//   peak:  bounds one block's rows on one rank (the busiest block's busiest rank, over the steps): the block whose
+//     backward forms the peak holds its received rows' gradients at this count.
+// 0 in a field: the dropless bound (ep_row_bound), which no routing exceeds. One figure for both (the forced-routing
+// tests: every block routed alike) converts implicitly.
+struct EpMemoryImbalance {
+  double stash = 0;
+  double peak = 0;
+  EpMemoryImbalance() = default;
+  EpMemoryImbalance(double both) : stash(both), peak(both) {}  // NOLINT(google-explicit-constructor): one figure
+  EpMemoryImbalance(double stash_f, double peak_f) : stash(stash_f), peak(peak_f) {}
+  // Each field 0 replaced by `bound`.
+  EpMemoryImbalance or_bound(double bound) const {
+    return {stash > 0 ? stash : bound, peak > 0 ? peak : bound};
+  }
+};
 
 // E[max of n independent standard normals] (numerical integration over 24001 points; 0 for n = 1).
 double expected_max_standard_normal(int n);
@@ -86,13 +115,15 @@ EpExchangeBytes ep_exchange_bytes(const BlockSpec& block, DType dtype, double mi
 std::int64_t expert_param_count(const BlockSpec& block);
 
 // What ep changes in one moe block's per-sample activations on one tp rank (`cost`: the cost model's, at ep 1):
-// the routed-row tensors its experts run on scale from T·k rows to imbalance · T·k rows, the rows the busiest
-// rank receives: in the forward stash xp (D) and g, u, h (F / tp; o returns to the rank's own T·k rows), in the
-// weight stash xp and do (D) and dg, du, h (F / tp); the input gradient's rise is re-costed as the larger of its
-// two ep phases (the experts' backward on the received rows with the combine's receive buffer, then the combine
-// with dx and the router's gradients; ep_costs.cpp) and the block's dense phase. Call it at ep > 1 only; a
-// no-op for a block without experts; under full recomputation the forward stash keeps no rows.
+// the routed-row tensors its experts run on scale from T·k rows to f · T·k rows, the rows the busiest rank
+// receives, f = imbalance.stash for what the block holds between its passes (summed over blocks by the walk) and
+// imbalance.peak for its input gradient's transient (one block at a time): in the forward stash xp (D) and g, u, h
+// (F / tp; o returns to the rank's own T·k rows), in the weight stash xp and do (D) and dg, du, h (F / tp); the
+// input gradient's rise is re-costed as the larger of its two ep phases (the experts' backward on the received rows
+// with the combine's receive buffer, then the combine with dx and the router's gradients; ep_costs.cpp) and the
+// block's dense phase. Call it at ep > 1 only, with both figures resolved (> 0); a no-op for a block without
+// experts; under full recomputation the forward stash keeps no rows.
 void add_ep_expert_rows(BlockCost& cost, const BlockSpec& block, DType dtype, Recompute recompute, int tp,
-                        double imbalance, bool sequence_parallel = false);
+                        EpMemoryImbalance imbalance, bool sequence_parallel = false);
 
 }  // namespace cleave::partition

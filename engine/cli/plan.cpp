@@ -27,6 +27,7 @@
 
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
+#include "engine/cli/ep_memory_args.hpp"
 #include "engine/cli/plan_trial.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
@@ -51,6 +52,7 @@ ArgParser plan_args() {
   ArgParser p("plan",
               "cleave plan CONFIG.json --world N [--profile FILE] [--memory-limit SIZE] [--top K]\n"
               "                   [--write BEST.json] [--explain] [--json FILE] [--tie-within F] [--ep-imbalance F]\n"
+              "                   [--ep-stash-imbalance S] [--ep-peak-imbalance P]\n"
               "                   [--trial K [--trial-steps N] [--trial-rounds R] [--trial-spread F]\n"
               "                   [--trial-budget SECONDS] [--launcher CMD]] [--set key.path=value ...]",
               R"(Searches every plan of CONFIG on N ranks: tensor-parallel size (dividing n_heads and d_ff, within a node),
@@ -82,7 +84,7 @@ Run it without mpiexec: --trial K starts `mpiexec -n N cleave train` itself for 
               "fastest are tied, and the one with the lowest peak / cap comes first", planner::kPredictionError, 0)
       .number("--ep-imbalance", "F",
               "expert parallelism (moe): the busiest ep rank's routed rows over the mean, pricing the\n"
-              "all-to-alls, its expert GEMMs and stash (default 0: the expected figure for uniformly\n"
+              "all-to-alls and its expert GEMMs, the time only (default 0: the expected figure for uniformly\n"
               "random top-k routing of the plan's tokens; docs/planner.md#expert-parallelism)", 0, 0)
       .count("--trial", "K",
              "train the top K plans under mpiexec in interleaved rounds (A B C A B C ...), print\n"
@@ -101,6 +103,7 @@ Run it without mpiexec: --trial K starts `mpiexec -n N cleave train` itself for 
             "--oversubscribe when N exceeds this machine's cores); `-n N` is appended. No\n"
             "quoting: a word holding a space cannot be given (wrap the launcher in a script)")
       .config_overrides();
+  add_ep_memory_args(p);
   return p;
 }
 
@@ -542,6 +545,7 @@ int run_plan(int argc, char** argv) {
   CLEAVE_CHECK_INPUT(ep_imbalance == 0 || partition::routed_experts(run_plan::model_spec(base.model)) > 0,
                "plan: --ep-imbalance {} prices expert parallelism, and model.type {} has no experts (only \"moe\" "
                "has); drop --ep-imbalance", ep_imbalance, base.model.type);
+  const partition::EpMemoryImbalance ep_memory = ep_memory_imbalance(args, "plan", base);
 
   // A --profile measured for another model or precision cannot serve this config: the command line's input (exit 64),
   // as a missing or malformed one is. This machine measured now always fits.
@@ -549,6 +553,7 @@ int run_plan(int argc, char** argv) {
                                 ? planner::planning_setup(base, profile_path, limit_text, world)
                                 : reading_input([&] { return planner::planning_setup(base, profile_path, limit_text, world); });
   options.ep_imbalance = ep_imbalance;
+  options.ep_memory = ep_memory;
   const planner::SearchResult result = planner::search_plans(config_path, overrides, profile, options);
 
   print_header(config_path, world, profile, result);

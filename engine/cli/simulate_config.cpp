@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/cli/args.hpp"
+#include "engine/cli/ep_memory_args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
@@ -23,6 +24,7 @@
 #include "engine/planner/plan_search.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/cost_model.hpp"
+#include "partition/ep_costs.hpp"
 #include "partition/ep_rules.hpp"
 #include "pipeline/trace.hpp"
 
@@ -102,8 +104,9 @@ void add_communication_option_args(ArgParser& p) {
             "price a block's tp collectives as running under that block's compute of the same pass\n"
             "(Megatron-Core's --tp-comm-overlap; needs parallel.sequence_parallel)")
       .number("--ep-imbalance", "F",
-              "expert parallelism: the busiest ep rank's routed rows over the mean (default 0: the\n"
-              "expected figure for uniformly random top-k routing; docs/planner.md#expert-parallelism)", 0, 0);
+              "expert parallelism: the busiest ep rank's routed rows over the mean, the time only (default 0:\n"
+              "the expected figure for uniformly random top-k routing; docs/planner.md#expert-parallelism)", 0, 0);
+  add_ep_memory_args(p);
 }
 
 ArgParser simulate_config_args() {
@@ -112,6 +115,7 @@ ArgParser simulate_config_args() {
               "                [--json] [--svg FILE] [--trace FILE] [--scatter-gather] [--explain]\n"
               "                [--attention memory_efficient|probabilities|probabilities_dropout]\n"
               "                [--attention-kernel NAME] [--ep-imbalance F]\n"
+              "                [--ep-stash-imbalance S] [--ep-peak-imbalance P]\n"
               "                [--overlap-grad-reduce] [--tp-comm-overlap]\n"
               "                [--param-gather-dtype f32|bf16] [--cross-entropy fused|float32|torch_float32] [--hidden-dropout]\n"
               "                [--dense-embedding-grad] [--blocking-p2p] [--selective-recompute attention|torchtitan_op]\n"
@@ -267,6 +271,7 @@ void apply_communication_options(const Args& args, const config::RunConfig& base
   CLEAVE_CHECK_INPUT(options.ep_imbalance == 0 || partition::routed_experts(run_plan::model_spec(base.model)) > 0,
                "simulate --config: --ep-imbalance {} prices expert parallelism, and model.type {} has no experts (only "
                "\"moe\" has); drop --ep-imbalance", options.ep_imbalance, base.model.type);
+  options.ep_memory = ep_memory_imbalance(args, "simulate --config", base);
 }
 
 // What the summary and the JSON report besides the estimate: the plan simulated, how it was priced, and the model's
@@ -280,6 +285,8 @@ struct Simulated {
   std::string unit;  // "tok" for a language model, else "samples"
   std::int64_t total_params = 0;
   std::int64_t active_params = 0;
+  // The memory plan's ep figures as it sized the rows (options.ep_memory, the dropless bound where not given).
+  partition::EpMemoryImbalance ep_memory{1.0};
 };
 
 // Per pp rank: the memory plan by category, the cp K/V exchange, the timeline and its peak.
@@ -313,6 +320,7 @@ nlohmann::json simulated_fields(const Simulated& s) {
           {"sequence_parallel", choice.sequence_parallel},
           {"expert_parallel", choice.ep},
           {"ep_imbalance", e.ep_imbalance},
+          {"ep_memory_imbalance", {{"stash", s.ep_memory.stash}, {"peak", s.ep_memory.peak}}},
           {"ep_all_to_all_s", e.ep_all_to_all_s},
           {"comm_bytes", e.comm_bytes},
           {"param_count", s.total_params},
@@ -401,7 +409,10 @@ void print_summary(const Simulated& s, const std::string& config_path, int world
   if (choice.ep > 1) {
     std::printf("expert parallelism ep%d: busiest rank's routed rows %.3fx the mean (expected for uniform top-k routing; "
                 "cleave plan --ep-imbalance sets it); one moe block's four all-to-alls per micro-batch %.3f ms (the "
-                "expert_all_to_all term, in the tp figure above)\n", choice.ep, e.ep_imbalance, e.ep_all_to_all_s * 1e3);
+                "expert_all_to_all term, in the tp figure above); the memory plan's rows at %.3fx summed over the "
+                "blocks and %.3fx in the busiest block (--ep-stash-imbalance, --ep-peak-imbalance; the dropless bound "
+                "where not given)\n", choice.ep, e.ep_imbalance, e.ep_all_to_all_s * 1e3, s.ep_memory.stash,
+                s.ep_memory.peak);
   }
   if (explain) {
     std::printf("the predicted step, term by term (busiest pp rank %d):\n", e.breakdown.rank);
@@ -460,7 +471,8 @@ int run_simulate_config(int argc, char** argv) {
   const Simulated simulated{choice, e, details, profile, options,
                             partition::is_language_model(base.model.type) ? "tok" : "samples",
                             partition::unique_param_count(spec, 0, spec.blocks.size()),
-                            partition::active_param_count(spec)};
+                            partition::active_param_count(spec),
+                            options.ep_memory.or_bound(partition::workload_ep_row_bound(spec, choice.ep))};
   write_timeline_files(svg, trace, simulated);
   if (args.on("--json")) {
     std::printf("%s\n", simulated_json(simulated).dump(2).c_str());

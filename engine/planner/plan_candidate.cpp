@@ -24,9 +24,14 @@ pipeline::Schedule priced_auto_schedule(const run_plan::Plan& plan, const config
                                         const PlanChoice& choice, const HardwareProfile& profile,
                                         const SearchOptions& options) {
   std::vector<std::int64_t> working_set(static_cast<std::size_t>(choice.pp), 0);
+  // A time figure: the working set at the time model's ep imbalance (its default uniformly random routing), not the
+  // memory plan's bound.
+  const double ep_imbalance = options.ep_imbalance > 0 ? options.ep_imbalance
+                                                       : partition::workload_ep_imbalance(plan.spec, choice.micro_batch,
+                                                                                          choice.cp, choice.ep);
   for (int r = 0; r < choice.pp; ++r) {
     const run_plan::MemoryPlan memory =
-        run_plan::estimate_rank_memory(plan, config, r, options.ep_imbalance, options.attention);
+        run_plan::estimate_rank_memory(plan, config, r, ep_imbalance, options.attention);
     working_set[static_cast<std::size_t>(r)] =
         memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
   }

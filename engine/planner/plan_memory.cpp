@@ -28,9 +28,14 @@ std::vector<std::int64_t> estimate_memory(const run_plan::Plan& plan, const conf
     // A run storing attention probabilities keeps them with every micro-batch's stash: the memory plan counts them
     // in each attention block's (its `attention` input), so the walk and cp's transients above it are the run's.
     const run_plan::MemoryPlan memory =
-        run_plan::estimate_rank_memory(plan, config, r, cpu, opts.ep_imbalance, opts.attention);
+        run_plan::estimate_rank_memory(plan, config, r, cpu, opts.ep_memory, opts.attention);
+    // The working set is a time input (a measured profile's warm tables): at the time model's ep imbalance (opts'
+    // is resolved, with_ep_imbalance), not at the memory plan's bound.
+    const run_plan::MemoryPlan timed =
+        choice.ep > 1 ? run_plan::estimate_rank_memory(plan, config, r, cpu, opts.ep_imbalance, opts.attention)
+                      : memory;
     working_set[static_cast<std::size_t>(r)] =
-        memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
+        timed.total() - timed.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
     // The host line (PlanEstimate::host_pinned_bytes), on the planned device (0 on the CPU).
     const std::int64_t host_pinned = memory.host_pinned;
     if (details) {
@@ -67,7 +72,7 @@ void memory_over_step(const run_plan::Plan& plan, const config::RunConfig& confi
   for (std::size_t r = 0; r < result.timeline.ranks.size(); ++r) {
     // The memory plan's own stage summaries and what its total holds beside the activation walk.
     const run_plan::RankStageMemory rm =
-        run_plan::rank_stage_memory(plan, config, static_cast<int>(r), cpu, opts.ep_imbalance, opts.attention);
+        run_plan::rank_stage_memory(plan, config, static_cast<int>(r), cpu, opts.ep_memory, opts.attention);
     const std::int64_t fixed = rm.outside_walk;
     // How far above its start an action goes while it runs: its blocks' backward (or forward) peak, or an attention
     // block's transient buffers on top of what the action holds then.

@@ -209,9 +209,12 @@ struct SearchOptions {
   // needs device.precision bf16). Half the bytes.
   bool param_gather_bf16 = false;
   // Expert parallelism: the busiest ep rank's routed rows over the mean, which times the all-to-alls and the
-  // busiest rank's expert GEMMs and sizes its stash (`cleave plan --ep-imbalance`); 0 = the workload's
-  // expected figure for uniformly random top-k routing (partition::workload_ep_imbalance).
+  // busiest rank's expert GEMMs (`cleave plan --ep-imbalance`); 0 = the workload's expected figure for uniformly
+  // random top-k routing (partition::workload_ep_imbalance). The time's figure only: the memory plan's is ep_memory.
   double ep_imbalance = 0;
+  // Expert parallelism's rows for the memory plan (`--ep-stash-imbalance`, `--ep-peak-imbalance`): a field 0 = the
+  // dropless bound (partition::workload_ep_row_bound), which no routing exceeds (partition::EpMemoryImbalance).
+  partition::EpMemoryImbalance ep_memory{};
   // false: a plan over the cap is returned once its memory is known (valid, fits false, the reason, the peak and
   // its categories), without its step priced (step_s, breakdown, ... stay 0). search_plans sets it: nothing reads an
   // over-cap plan's time (cleave plan counts those plans and names the one closest to the cap by memory).

@@ -87,13 +87,14 @@ std::string MemoryPlan::breakdown() const {
   return out;
 }
 
-MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, double ep_imbalance,
+MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank,
+                                partition::EpMemoryImbalance ep_imbalance,
                                 partition::AttentionKind attention) {
   return estimate_rank_memory(plan, config, pp_rank, unresolved_cpu_kernels(config), ep_imbalance, attention);
 }
 
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, const CpuKernels& cpu,
-                                double ep_imbalance, partition::AttentionKind attention) {
+                                partition::EpMemoryImbalance ep_imbalance, partition::AttentionKind attention) {
   const RankShape s = rank_shape(plan, config, cpu, ep_imbalance, attention);
   const RankBlocks blocks = gather_rank_blocks(plan, pp_rank, model_cost_tables(plan.spec, s), s, cpu);
   const ActivationWalkPeaks walk = rank_activation_peaks(plan, pp_rank, blocks, s);
@@ -128,7 +129,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
 }
 
 RankStageMemory rank_stage_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, const CpuKernels& cpu,
-                                  double ep_imbalance, partition::AttentionKind attention) {
+                                  partition::EpMemoryImbalance ep_imbalance, partition::AttentionKind attention) {
   const RankShape s = rank_shape(plan, config, cpu, ep_imbalance, attention);
   const RankBlocks blocks = gather_rank_blocks(plan, pp_rank, model_cost_tables(plan.spec, s), s, cpu);
   RankStageMemory out;

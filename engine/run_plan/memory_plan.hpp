@@ -100,6 +100,7 @@
 #include "kernels/ops/cpu_blas.hpp"
 #include "partition/block_work.hpp"
 #include "partition/cost_model.hpp"
+#include "partition/ep_costs.hpp"
 
 namespace cleave::run_plan {
 
@@ -135,8 +136,10 @@ struct CpuKernels {
   int threads = 0;
 };
 
-// ep_imbalance: the busiest ep rank's routed rows over the mean (expert parallelism; 0: the workload's expected
-// figure, partition::workload_ep_imbalance; `cleave plan --ep-imbalance` passes its own).
+// ep_imbalance: expert parallelism's rows a rank's experts run over the mean, summed over its stashed blocks and in
+// its busiest block (partition::EpMemoryImbalance; a field 0: the dropless bound, partition::workload_ep_row_bound,
+// which no routing exceeds; one number sets both; `cleave plan --ep-stash-imbalance --ep-peak-imbalance` pass their
+// own). Distinct from the time model's figure (`--ep-imbalance`, uniformly random routing by default).
 // cpu: the run's resolved CPU kernels; the trainer's plan and its report pass the run's own, so the CPU workspace is
 // exact on either kind of CPU.
 // attention: the attention kernel the run uses (the engine's is memory-efficient; the planner prices a run that
@@ -145,13 +148,13 @@ struct CpuKernels {
 // freed by its I, so the walk, the cp exchange's share above the activation peak and the total are the run's own.
 // Under recomputation nothing (the rerun rebuilds them inside I; not counted).
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, const CpuKernels& cpu,
-                                double ep_imbalance = 0,
+                                partition::EpMemoryImbalance ep_imbalance = 0,
                                 partition::AttentionKind attention = partition::AttentionKind::kMemoryEfficient);
 // Without the machine's facts (the planner pricing layouts, tests of other categories): unresolved_cpu_kernels, the
 // widened GEMM path (an upper bound of the bf16 workspace where the GEMMs would run on bf16 kernels) and the
 // attention kernel's per-thread scratch not counted.
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank,
-                                double ep_imbalance = 0,
+                                partition::EpMemoryImbalance ep_imbalance = 0,
                                 partition::AttentionKind attention = partition::AttentionKind::kMemoryEfficient);
 // device.blas resolved as on a CPU without bf16 instructions (bf16 operands widened to f32), threads 0.
 CpuKernels unresolved_cpu_kernels(const config::RunConfig& config);
@@ -216,7 +219,7 @@ struct RankStageMemory {
   }
 };
 RankStageMemory rank_stage_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, const CpuKernels& cpu,
-                                  double ep_imbalance = 0,
+                                  partition::EpMemoryImbalance ep_imbalance = 0,
                                   partition::AttentionKind attention = partition::AttentionKind::kMemoryEfficient);
 
 // The message for the first pp rank whose estimate exceeds device.memory_limit (naming the rank, the

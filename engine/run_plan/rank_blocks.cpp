@@ -33,7 +33,8 @@ std::int64_t tied_table_bytes(const partition::ModelSpec& spec, int tp) {
 
 }  // namespace
 
-RankShape rank_shape(const Plan& plan, const config::RunConfig& config, const CpuKernels& cpu, double ep_imbalance,
+RankShape rank_shape(const Plan& plan, const config::RunConfig& config, const CpuKernels& cpu,
+                     partition::EpMemoryImbalance ep_imbalance,
                      partition::AttentionKind attention) {
   RankShape s;
   s.tp = config.parallel.tensor_model_parallel_size;
@@ -44,9 +45,10 @@ RankShape rank_shape(const Plan& plan, const config::RunConfig& config, const Cp
   s.cp = std::max(1, config.parallel.context_parallel_size);
   s.ring = s.cp > 1 && config.parallel.context_parallel_comm == config::ContextParallelComm::kRing;
   s.ep = std::max(1, config.parallel.expert_model_parallel_size);
-  s.imbalance = s.ep == 1          ? 1.0
-                : ep_imbalance > 0 ? ep_imbalance
-                                   : partition::workload_ep_imbalance(plan.spec, s.micro, s.cp, s.ep);
+  // Not the time model's figure (uniformly random routing, partition::workload_ep_imbalance): a memory plan under
+  // the peak says "fits" for a run that fails, so what is not given is the bound no routing exceeds.
+  s.imbalance = s.ep == 1 ? partition::EpMemoryImbalance{1.0}
+                          : ep_imbalance.or_bound(partition::workload_ep_row_bound(plan.spec, s.ep));
   s.on_cpu = config.device.type == DeviceType::kCpu;
   s.widens = s.bf16 && s.on_cpu && !cpu.bf16_gemm.bf16_kernels;
   s.attention = attention;

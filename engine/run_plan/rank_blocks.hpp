@@ -12,6 +12,7 @@
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/cost_model.hpp"
+#include "partition/ep_costs.hpp"
 
 namespace cleave::run_plan {
 
@@ -27,16 +28,18 @@ struct RankShape {
   int cp = 1;
   bool ring = false;  // cp's exchange is the ring (else all_to_all)
   // Expert parallelism (partition/ep_costs.hpp): a rank holds E / ep of each moe block's experts and runs the rows
-  // its experts receive, imbalance x the mean on the busiest rank.
+  // its experts receive, at most imbalance.stash x the mean summed over the blocks it stashes and imbalance.peak x
+  // the mean in any one block (both 1 at ep 1; never 0: resolved to the dropless bound where not given).
   int ep = 1;
-  double imbalance = 1.0;
+  partition::EpMemoryImbalance imbalance{1.0};
   bool on_cpu = false;
   bool widens = false;  // CPU bf16 operands widened to f32 (see cpu_bf16_widening_bytes)
   partition::AttentionKind attention = partition::AttentionKind::kMemoryEfficient;
 };
 
 // ep_imbalance and attention: as estimate_rank_memory's (memory_plan.hpp).
-RankShape rank_shape(const Plan& plan, const config::RunConfig& config, const CpuKernels& cpu, double ep_imbalance,
+RankShape rank_shape(const Plan& plan, const config::RunConfig& config, const CpuKernels& cpu,
+                     partition::EpMemoryImbalance ep_imbalance,
                      partition::AttentionKind attention);
 
 // The cost model's per-block costs per sample: whole-model (parameters, ÷ tp later), one tp rank's (activations:

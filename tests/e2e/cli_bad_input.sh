@@ -431,6 +431,11 @@ cmd_error plan-trial-launcher "plan --trial: cannot start the launcher 'no-such-
     plan ck1/config.json --world 1 --trial 1 --launcher no-such-launcher
 cmd_error plan-ep-imbalance 'plan: --ep-imbalance 0\.5 is below 1' plan ck1/config.json --world 1 --ep-imbalance 0.5
 cmd_error plan-ep-no-experts 'plan: --ep-imbalance 2 prices expert parallelism, and model.type gpt has no experts' plan ck1/config.json --world 1 --ep-imbalance 2
+cmd_error plan-ep-stash-imbalance 'plan: --ep-stash-imbalance 0\.5 is below 1' plan ck1/config.json --world 1 --ep-stash-imbalance 0.5
+cmd_error simulate-config-ep-peak-no-experts "simulate --config: --ep-peak-imbalance 2 sizes expert parallelism's rows, and model.type gpt has no experts" \
+    simulate --config ck1/config.json --world 1 --ep-peak-imbalance 2
+cmd_error plan-ep-peak-below-stash 'plan: --ep-peak-imbalance 1\.2 is below --ep-stash-imbalance 1\.5' \
+    plan "$src/examples/moe/config.json" --world 2 --ep-stash-imbalance 1.5 --ep-peak-imbalance 1.2
 cmd_error simulate-stash-limits "simulate: give the auto scheduler's limit once" simulate --schedule auto --stages 2 --microbatches 4 --max-stashes 2 --memory-limit 1MiB --stash-bytes 1024
 cmd_error simulate-config-gather-dtype "simulate --config: --param-gather-dtype 'f16' is f32" simulate --config ck1/config.json --world 1 --param-gather-dtype f16
 [ -e same.json ] && { echo "FAIL same.json was written"; failures=$((failures + 1)); }

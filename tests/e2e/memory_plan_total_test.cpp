@@ -112,6 +112,7 @@ void check_layout(comm::Communicator& world, const Layout& l, const std::string&
   choice.schedule = "gpipe";
   planner::SearchOptions options{world.size(), 0};
   options.ep_imbalance = l.planner_imbalance;
+  options.ep_memory = l.planner_imbalance;  // every block routed alike: one figure for both
   planner::PlanDetails details;
   const planner::PlanEstimate e = planner::estimate_plan(config, "memory_plan_total", l.overrides, choice,
                                                          profile_for(world.size()), options, &details);

@@ -102,6 +102,17 @@ TEST(EpCosts, ImbalanceFactorMatchesRandomRouting) {
   EXPECT_LE(expected_ep_imbalance(1, 8, 1, 4), 4.0);
 }
 
+TEST(EpCosts, RowBoundIsTheDroplessWorstCase) {
+  // A token sends at most min(k, E/ep) of its k rows to one rank: min(k, E/ep) · ep / k times the mean.
+  EXPECT_DOUBLE_EQ(ep_row_bound(8, 2, 1), 1.0);
+  EXPECT_DOUBLE_EQ(ep_row_bound(8, 2, 2), 2.0);  // both rows of every token on one rank
+  EXPECT_DOUBLE_EQ(ep_row_bound(8, 2, 4), 4.0);
+  EXPECT_DOUBLE_EQ(ep_row_bound(8, 2, 8), 4.0);  // one expert a rank: one row of each token, of 2 / 8 the mean
+  EXPECT_DOUBLE_EQ(ep_row_bound(8, 8, 2), 1.0);  // every token on every expert: no imbalance possible
+  EXPECT_DOUBLE_EQ(ep_row_bound(16, 6, 4), 4.0 * 4 / 6);
+  EXPECT_THROW(ep_row_bound(8, 2, 3), Error);  // 8 experts over 3 ranks
+}
+
 BlockSpec moe_block(std::int64_t ffn = 8) {
   MoeConfig c;
   c.vocab_size = 32, c.d_model = 16, c.n_layers = 1, c.n_heads = 2, c.ffn_hidden_size = ffn, c.seq_len = 8;
@@ -172,6 +183,13 @@ TEST(EpCosts, ExpertParametersAndRows) {
   EXPECT_EQ(combine, 6144);
   EXPECT_GT(combine, std::max(dense, experts));
   EXPECT_EQ(wide_cold.backward_extra_bytes, combine);
+  // The stash figure sizes what the block holds between its passes, the peak figure its input gradient's phase:
+  // {1.5, 2.0} stashes 1.5x's rows and peaks on 2x's, 32 rows in the experts' phase.
+  BlockCost split = c;
+  add_ep_expert_rows(split, b, DType::kF32, Recompute::kNone, 1, EpMemoryImbalance{1.5, 2.0});
+  EXPECT_EQ(split.activation_bytes, hot.activation_bytes);
+  EXPECT_EQ(split.weight_stash_bytes, hot.weight_stash_bytes);
+  EXPECT_EQ(split.backward_extra_bytes, (8 * 16 + 32 * (2 * 16 + 3 * 8) + 16 * 16) * 4);
   BlockCost full = c;
   add_ep_expert_rows(full, b, DType::kF32, Recompute::kFull, 1, 1.5);
   EXPECT_EQ(full.activation_bytes, c.activation_bytes);  // full recomputation keeps only the input

@@ -76,10 +76,46 @@ TEST(EpPlan, ExpertMemoryPerRankAtEp124) {
   const std::int64_t rows = 16 * 2 / 2;
   EXPECT_GE(hot.bytes[at(MemoryCategory::kActivations)] - even.bytes[at(MemoryCategory::kActivations)],
             2 * rows * (32 + 3 * 64) * 4);
-  // The default factor is the workload's: above 1 at ep 2, and what partition::workload_ep_imbalance says.
-  const run_plan::MemoryPlan expected = memory(2, 0);
-  EXPECT_GT(expected.bytes[at(MemoryCategory::kActivations)], even.bytes[at(MemoryCategory::kActivations)]);
-  EXPECT_LT(expected.bytes[at(MemoryCategory::kActivations)], hot.bytes[at(MemoryCategory::kActivations)]);
+  // The default is the dropless bound, not the time model's uniformly random routing: every block at min(k, E/ep)
+  // · ep / k = 2 at ep 2 (each token's two rows on one rank), above the 1.5x of a measured routing.
+  const run_plan::MemoryPlan bound = memory(2, 0);
+  EXPECT_EQ(bound.bytes[at(MemoryCategory::kActivations)], memory(2, 2.0).bytes[at(MemoryCategory::kActivations)]);
+  EXPECT_GT(bound.bytes[at(MemoryCategory::kActivations)], hot.bytes[at(MemoryCategory::kActivations)]);
+}
+
+// The memory plan's two ep figures (partition::EpMemoryImbalance), by hand on kMoe (T 16, k 2, D 32, F 64, two moe
+// blocks, micro-batch 1, 1F1B on one stage): the peak is the last moe block's backward, holding both blocks' stashes
+// (each xp [rows, D] and g, u, h [rows, F] f32: rows x 224 x 4 B) and its experts' phase (the received rows' d_o,
+// dxp [rows, D] and dh, dg, du [rows, F]: rows x 256 x 4 B). So with S the stash figure and P the peak's, over
+// the balanced plan: T·k x 4 x (2 (S - 1) 224 + (P - 1) 256) bytes. Before (one figure for both), {1.25, 1.75} could
+// not be asked for, and the default (0) was the uniformly random routing's 1.065 at ep 2 (a real routing's peak
+// went 4-14% over that plan, benchmarks/moe/RESULTS-2026-11-30-l-ep-memory.md).
+TEST(EpPlan, StashesEveryBlockAtTheStashFigureAndPeaksOneBlockAtThePeakFigure) {
+  const auto activations = [](int ep, partition::EpMemoryImbalance f) {
+    config::RunConfig c = config::parse_config(kMoe, "<string>",
+                                               {"parallel.expert_model_parallel_size=" + std::to_string(ep)});
+    c.resolve(4);
+    const run_plan::Plan plan =
+        run_plan::make_plan(c, static_cast<int>(c.resolved_batch().gradient_accumulation_steps), 0);
+    return run_plan::estimate_rank_memory(plan, c, 0, f).bytes[at(MemoryCategory::kActivations)];
+  };
+  const std::int64_t rows_bytes = 16 * 2 * 4;  // T·k rows, per f32 column
+  for (const int ep : {2, 4}) {
+    const std::int64_t even = activations(ep, 1.0);
+    // A measured routing: the ranks' stashed rows at most 1.25x (ep 2) / 1.5x (ep 4) their mean over the blocks,
+    // the busiest block's busiest rank 1.75x / 3x.
+    const double s = ep == 2 ? 1.25 : 1.5, p = ep == 2 ? 1.75 : 3.0;
+    const std::int64_t measured = ep == 2 ? rows_bytes * (2 * 56 + 192)    // 0.25 x 224 twice, 0.75 x 256
+                                          : rows_bytes * (2 * 112 + 512);  // 0.5 x 224 twice, 2 x 256
+    EXPECT_EQ(activations(ep, {s, p}) - even, measured) << ep;
+    EXPECT_EQ(measured, ep == 2 ? 38'912 : 94'208);
+    // The default: the dropless bound for both, 2 at ep 2 and 4 at ep 4 (E 8, k 2).
+    const std::int64_t bound = ep == 2 ? rows_bytes * (2 * 224 + 256) : rows_bytes * (2 * 3 * 224 + 3 * 256);
+    EXPECT_EQ(activations(ep, {0.0, 0.0}) - even, bound) << ep;
+    EXPECT_EQ(bound, ep == 2 ? 90'112 : 270'336);
+    // Either field alone: the other at the bound.
+    EXPECT_EQ(activations(ep, {s, 0.0}), activations(ep, {s, ep == 2 ? 2.0 : 4.0})) << ep;
+  }
 }
 
 // ZeRO with ep at dp 4 (engine/train/data_parallel.hpp): the experts are sharded over the expert-dp group (dp / ep

@@ -1,7 +1,8 @@
 // The weight gradients that read bf16 activations a row segment at a time (bias, LayerNorm, RMSNorm on every vector
 // path) give the bits of their f32 kernels over the widened tensors, the path they replace (whole-tensor widening
 // into f32 scratch), at 1 and 2 threads. Shapes: column counts that are not a multiple of the column block (256,
-// 128) or a vector, a single row, and one large enough to be worth a team; the gradients start non-zero (+=).
+// 128) or a vector, a single row, and one large enough to be worth a team; the gradients start non-zero (+=); dy
+// spans 24 binades, so that the f32 sums of its bf16 values round and an order change shows.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -29,7 +30,9 @@ TEST(KernelBf16WeightGradients, RowSegmentsGiveTheWidenedF32Bits) {
   double norm = 0.0;
   for (const Shape& s : kShapes) {
     const auto n = static_cast<size_t>(s.rows * s.cols), cols = static_cast<size_t>(s.cols);
-    const auto dy = random_bf16(n, 61, 2.0f), x = random_bf16(n, 62, 2.0f);
+    // dy over 24 binades, so that the sums of bf16 values (bias, dbeta) round: of one binade they add exactly in f32,
+    // and a kernel that summed the rows in another order would pass (checked by reversing the row loop for bf16).
+    const auto dy = test::random_bf16_spanning_binades(n, 61, 24, 2.0f), x = random_bf16(n, 62, 2.0f);
     const auto dy32 = widened(dy), x32 = widened(x);
     const auto mean = test::random_floats(static_cast<size_t>(s.rows), 63);
     const auto rstd = test::random_floats(static_cast<size_t>(s.rows), 64, 3.0f);

@@ -1,7 +1,8 @@
 // bias_add_forward / bias_backward against double references on odd shapes; backward accumulates (+=),
 // so two calls give the initial value plus twice the column sums; a wide case exercises column blocking. Every
 // instruction-set path and thread count gives the bits of the serial loop that sums each column in row order
-// (f32 and bf16 dy), on widths below, at and past the 64-column block.
+// (f32 and bf16 dy, the bf16 values over 24 binades so that their sums round), on widths below, at and past the
+// 64-column block.
 #include "kernels/cpu/bias.hpp"
 
 #include <gtest/gtest.h>
@@ -81,7 +82,9 @@ TEST(KernelBias, EveryIsaPathGivesTheRowOrderBits) {
       dy[static_cast<size_t>(cols + cols - 1)] = std::numeric_limits<float>::infinity();
       dy[static_cast<size_t>(2 * cols)] = std::numeric_limits<float>::quiet_NaN();
     }
-    const auto dy16 = test::random_bf16(static_cast<size_t>(rows * cols), 6, 3.0f);
+    // bf16 values over 24 binades: values of one binade (8 significant bits) add exactly in f32, and then no order of
+    // the rows could be told from another (checked by reversing the kernel's row loop for bf16 dy).
+    const auto dy16 = test::random_bf16_spanning_binades(static_cast<size_t>(rows * cols), 6, 24, 3.0f);
     const auto initial = test::random_floats(static_cast<size_t>(cols), 7);
     const auto want = row_order_sums(dy, initial, rows, cols);
     const auto want16 = row_order_sums(dy16, initial, rows, cols);

@@ -1,7 +1,8 @@
 // LayerNorm against a double reference (y, mean, rstd), backward_input against the analytic double
 // gradient and finite differences of the kernel's forward, backward_weight against the reference and
 // finite differences in gamma/beta, and its += semantics; the weight gradient's instruction-set paths and thread
-// counts against the bits of the serial loop that sums each column in row order (f32 and bf16 operands).
+// counts against the bits of the serial loop that sums each column in row order (f32 and bf16 operands, bf16 dy over
+// 24 binades so that its sums round).
 #include "kernels/cpu/layernorm.hpp"
 
 #include <gtest/gtest.h>
@@ -159,7 +160,9 @@ TEST(KernelLayerNormWeight, PathsAndThreadCountsGiveTheRowOrderBits) {
     const auto mean = test::random_floats(static_cast<size_t>(rows), 43);
     auto rstd = test::random_floats(static_cast<size_t>(rows), 44);
     for (float& v : rstd) v = 1.0f + std::fabs(v);
-    const auto dy16 = test::random_bf16(dy.size(), 45, 2.0f);
+    // bf16 dy over 24 binades, so that dbeta's sums of bf16 values round (of one binade they add exactly, and no
+    // order of the rows could be told from another: checked by reversing the kernel's row loop for bf16 operands).
+    const auto dy16 = test::random_bf16_spanning_binades(dy.size(), 45, 24, 2.0f);
     const auto x16 = test::random_bf16(dy.size(), 46, 3.0f);
     const auto gamma0 = test::random_floats(static_cast<size_t>(cols), 47);
     const auto beta0 = test::random_floats(static_cast<size_t>(cols), 48);

@@ -62,13 +62,14 @@ Routing routing(std::int64_t tokens, std::int64_t experts, std::int64_t k, std::
 }
 
 // Random values with every few a signed zero, a subnormal or a value that lies on (or just off) a bf16 rounding tie.
-// spread: the values scaled by 2^-e, e uniform in [0, 10], so that sums of bf16 products round (products of values
-// of one binade, 8 significant bits each, mostly add exactly, and then no order of the additions could be told apart).
-std::vector<float> awkward(std::size_t n, std::uint64_t seed, bool spread = false) {
+// spread: the values scaled by 2^-e, e uniform in [0, spread - 1], so that f32 sums round: 11 for sums of bf16
+// products (products of values of one binade, 8 significant bits each, mostly add exactly, and then no order of the
+// additions could be told apart), 24 for sums of bf16 values themselves (one rounds only 16 binades below the sum).
+std::vector<float> awkward(std::size_t n, std::uint64_t seed, int spread = 0) {
   std::vector<float> v = test::random_floats(n, seed);
-  if (spread) {
+  if (spread > 0) {
     std::mt19937_64 rng(seed ^ 0x5eedu);
-    std::uniform_int_distribution<int> e(0, 10);
+    std::uniform_int_distribution<int> e(0, spread - 1);
     for (float& x : v) x = std::ldexp(x, -e(rng));
   }
   const std::uint32_t special[] = {0x00000000u, 0x80000000u, 0x00012345u, 0x80400001u, 0x3f808000u, 0x3f818000u,
@@ -84,7 +85,7 @@ struct Operand {
   std::vector<float> f32;  // the values the kernel reads, widened
 };
 template <class T>
-Operand<T> operand(std::size_t n, std::uint64_t seed, bool spread = false) {
+Operand<T> operand(std::size_t n, std::uint64_t seed, int spread = 0) {
   const std::vector<float> v = awkward(n, seed, spread);
   if constexpr (std::is_same_v<T, float>) {
     return {v, v};
@@ -159,7 +160,9 @@ void check_gather_and_combine(const Shape& s, bool scaled, std::uint64_t seed) {
   const std::int64_t experts = 8, r = s.tokens * s.k;
   const Routing route = routing(s.tokens, experts, s.k, seed);
   const Operand<In> x = operand<In>(static_cast<std::size_t>(s.tokens * s.d), seed + 1);
-  const Operand<In> src = operand<In>(static_cast<std::size_t>(r * s.d), seed + 2);
+  // src over 24 binades: unscaled, the combine adds bf16 values, which of one binade add exactly (then a kernel that
+  // added the k rows in another order would pass; checked by reversing the k loop for bf16 src without weights).
+  const Operand<In> src = operand<In>(static_cast<std::size_t>(r * s.d), seed + 2, 24);
   const std::vector<float> scale = test::random_floats(static_cast<std::size_t>(r), seed + 3);
   const float* sc = scaled ? scale.data() : nullptr;
   // The scalar order and the double reference.
@@ -203,8 +206,8 @@ template <class Dy, class Src>
 void check_weight_grad(const Shape& s, std::uint64_t seed) {
   const std::int64_t experts = 8, r = s.tokens * s.k;
   const Routing route = routing(s.tokens, experts, s.k, seed);
-  const Operand<Dy> dy = operand<Dy>(static_cast<std::size_t>(s.tokens * s.d), seed + 4, true);
-  const Operand<Src> src = operand<Src>(static_cast<std::size_t>(r * s.d), seed + 5, true);
+  const Operand<Dy> dy = operand<Dy>(static_cast<std::size_t>(s.tokens * s.d), seed + 4, 11);
+  const Operand<Src> src = operand<Src>(static_cast<std::size_t>(r * s.d), seed + 5, 11);
   std::vector<float> want(static_cast<std::size_t>(r));
   std::vector<double> exact(want.size());
   for (std::int64_t i = 0; i < r; ++i) {

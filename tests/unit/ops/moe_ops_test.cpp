@@ -238,9 +238,9 @@ TEST(MoeOps, Bf16RoutingGivesTheBitsOfF32OnTheWidenedInputs) {
   }
   const Tensor index = ints(index_v, {r}), rows = ints(rows_v, {tokens, top_k});
   const Tensor scale = random({r}, 60), weight = random({tokens, top_k}, 61);
-  // src and dy over 11 binades, so that the weight gradient's f32 sums of bf16 x bf16 products round (of one binade they
-  // mostly add exactly, and a bf16 path that added them in another order would pass; checked by swapping two adds of
-  // the AVX-512 bf16 x bf16 loop).
+  // src and dy over 11 binades, so that the weight gradient's f32 sums of bf16 x bf16 products round (of one binade
+  // they mostly add exactly, and a bf16 path that added them in another order would pass; checked by swapping two adds
+  // of the AVX-512 bf16 x bf16 loop).
   const auto spread = [](const Shape& shape, std::uint64_t seed) {
     return Tensor::from_floats(kernels::test::random_floats_spanning_binades(static_cast<std::size_t>(shape.numel()),
                                                                             seed, 11),

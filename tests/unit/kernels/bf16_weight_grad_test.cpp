@@ -4,7 +4,6 @@
 // 128) or a vector, a single row, and one large enough to be worth a team; the gradients start non-zero (+=); dy
 // spans 24 binades, so that the f32 sums of its bf16 values round and an order change shows.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <string>
 #include <vector>
@@ -13,6 +12,7 @@
 #include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/rmsnorm.hpp"
+#include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -26,7 +26,6 @@ using test::random_bf16;
 using test::widened;
 
 TEST(KernelBf16WeightGradients, RowSegmentsGiveTheWidenedF32Bits) {
-  const int saved = omp_get_max_threads();
   double norm = 0.0;
   for (const Shape& s : kShapes) {
     const auto n = static_cast<size_t>(s.rows * s.cols), cols = static_cast<size_t>(s.cols);
@@ -46,8 +45,7 @@ TEST(KernelBf16WeightGradients, RowSegmentsGiveTheWidenedF32Bits) {
                                 s.cols);
     norm += test::l2_norm(bias_want) + test::l2_norm(gamma_want) + test::l2_norm(rms_want);
 
-    for (int threads : {1, 2}) {
-      omp_set_num_threads(threads);
+    test::for_each_thread_count({1, 2}, [&](int threads) {
       const std::string at = " [" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "] threads " +
                              std::to_string(threads);
       std::vector<float> bias = start, gamma = start, beta = start;
@@ -57,15 +55,13 @@ TEST(KernelBf16WeightGradients, RowSegmentsGiveTheWidenedF32Bits) {
       EXPECT_EQ(bias, bias_want) << "bias" << at;
       EXPECT_EQ(gamma, gamma_want) << "layernorm dgamma" << at;
       EXPECT_EQ(beta, beta_want) << "layernorm dbeta" << at;
-      for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-        if (!vector_isa_available(isa)) continue;
+      test::for_each_isa_path(test::kEveryIsaPath, [&](VectorIsa isa) {
         std::vector<float> rms = start;
         rmsnorm_backward_weight_isa(isa, dy.data(), x.data(), rstd.data(), rms.data(), s.rows, s.cols);
-        EXPECT_EQ(rms, rms_want) << "rmsnorm dweight, isa " << static_cast<int>(isa) << at;
-      }
-    }
+        EXPECT_EQ(rms, rms_want) << "rmsnorm dweight, " << test::isa_label(isa) << at;
+      });
+    });
   }
-  omp_set_num_threads(saved);
   EXPECT_GT(norm, 0.0);
 }
 

@@ -6,13 +6,13 @@
 #include "kernels/cpu/bias.hpp"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cstring>
 #include <limits>
 #include <string>
 
 #include "kernel_test_util.hpp"
+#include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -94,25 +94,19 @@ TEST(KernelBias, EveryIsaPathGivesTheRowOrderBits) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) want_y[r * cols + c] += bias[c];
     EXPECT_GT(test::l2_norm(want16), 0.0);
-    for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-      if (!vector_isa_available(isa)) continue;
-      for (int threads : {1, 2, 3}) {
-        const std::string what = "isa " + std::to_string(static_cast<int>(isa)) + ", " + std::to_string(threads) +
-                                 " threads, rows " + std::to_string(rows) + ", cols " + std::to_string(cols);
-        const int saved = omp_get_max_threads();
-        omp_set_num_threads(threads);
-        auto got = initial;
-        bias_backward_isa(isa, dy.data(), got.data(), rows, cols);
-        auto got16 = initial;
-        bias_backward_isa(isa, dy16.data(), got16.data(), rows, cols);
-        auto got_y = y;
-        bias_add_forward_isa(isa, got_y.data(), bias.data(), rows, cols);
-        omp_set_num_threads(saved);
-        EXPECT_TRUE(same_bits(got, want)) << "f32 dy, " << what;
-        EXPECT_TRUE(same_bits(got16, want16)) << "bf16 dy, " << what;
-        EXPECT_TRUE(same_bits(got_y, want_y)) << "forward, " << what;
-      }
-    }
+    test::for_each_isa_path_and_threads([&](VectorIsa isa, int threads) {
+      const std::string what = test::isa_label(isa) + ", " + std::to_string(threads) + " threads, rows " +
+                               std::to_string(rows) + ", cols " + std::to_string(cols);
+      auto got = initial;
+      bias_backward_isa(isa, dy.data(), got.data(), rows, cols);
+      auto got16 = initial;
+      bias_backward_isa(isa, dy16.data(), got16.data(), rows, cols);
+      auto got_y = y;
+      bias_add_forward_isa(isa, got_y.data(), bias.data(), rows, cols);
+      EXPECT_TRUE(same_bits(got, want)) << "f32 dy, " << what;
+      EXPECT_TRUE(same_bits(got16, want16)) << "bf16 dy, " << what;
+      EXPECT_TRUE(same_bits(got_y, want_y)) << "forward, " << what;
+    });
   }
 }
 

@@ -8,7 +8,6 @@
 #include "kernels/cpu/moe.hpp"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <bit>
@@ -21,6 +20,7 @@
 #include "engine/core/dtype.hpp"
 #include "kernels/cpu/vec_math.hpp"
 #include "unit/kernels/kernel_test_util.hpp"
+#include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -187,8 +187,7 @@ void check_gather_and_combine(const Shape& s, bool scaled, std::uint64_t seed) {
   test::expect_close(got_c_f32, exact_c, tol, tol, "the scalar order against double");
   EXPECT_GT(l2_norm(got_c_f32), 0.0);
   for (const Path& p : paths()) {
-    for (int threads : {1, 2}) {
-      omp_set_num_threads(threads);
+    test::for_each_thread_count({1, 2}, [&](int threads) {
       const std::string what = p.name + ", " + std::to_string(threads) +
                                " threads, tokens " + std::to_string(s.tokens) + " d " + std::to_string(s.d) +
                                " k " + std::to_string(s.k) + (scaled ? ", scaled" : ", unscaled");
@@ -197,9 +196,8 @@ void check_gather_and_combine(const Shape& s, bool scaled, std::uint64_t seed) {
       EXPECT_TRUE(same_bits(g, want_g)) << "moe_gather, " << what;
       moe_combine_isa(p.isa, p.bf16_insn, src.data.data(), route.token_row.data(), sc, c.data(), s.tokens, s.k, r, s.d);
       EXPECT_TRUE(same_bits(c, want_c)) << "moe_combine, " << what;
-    }
+    });
   }
-  omp_set_num_threads(2);
 }
 
 template <class Dy, class Src>
@@ -219,17 +217,15 @@ void check_weight_grad(const Shape& s, std::uint64_t seed) {
   test::expect_close(want, exact, 1e-5, 1e-4, "the scalar dot against double");
   EXPECT_GT(l2_norm(want), 0.0);
   for (const Path& p : paths()) {
-    for (int threads : {1, 2}) {
-      omp_set_num_threads(threads);
+    test::for_each_thread_count({1, 2}, [&](int threads) {
       std::vector<float> got = test::poisoned(want.size());
       moe_combine_weight_grad_isa(p.isa, p.bf16_insn, dy.data.data(), src.data.data(), route.token_row.data(), got.data(),
                                   s.tokens, s.k, r, s.d);
       EXPECT_TRUE(same_bits(got, want)) << "moe_combine_weight_grad, " << p.name << ", "
                                         << threads << " threads, tokens " << s.tokens << " d " << s.d << " k "
                                         << s.k;
-    }
+    });
   }
-  omp_set_num_threads(2);
 }
 
 // The weight gradient's packed loops (moe_paths.hpp: 4 or 8 dots a group, 32 bf16 columns at a time on AVX-512, then

@@ -4,12 +4,12 @@
 #include "kernels/cpu/adamw.hpp"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <string>
 
 #include "kernel_test_util.hpp"
+#include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -45,7 +45,6 @@ TEST(KernelAdamW, MatchesDoubleReferenceOverSteps) {
 // to be worth a team (and one too small): adamw_update_many over all of them, 1 and 2 threads, three steps, equals
 // adamw_update on each tensor in turn bit for bit (param, m and v).
 TEST(KernelAdamW, ManyTensorsGiveThePerTensorBits) {
-  const int saved = omp_get_max_threads();
   for (const std::vector<int64_t>& sizes : {std::vector<int64_t>{7, 0, 1, 16384, 16385, 40001, 3, 100003},
                                             std::vector<int64_t>{5, 33, 1000}}) {
     struct State {
@@ -59,8 +58,7 @@ TEST(KernelAdamW, ManyTensorsGiveThePerTensorBits) {
       grads.push_back(test::random_floats(n, 400 + t));
     }
     auto decay = [](size_t t) { return t % 2 == 0 ? 0.1f : 0.0f; };
-    for (int threads : {1, 2}) {
-      omp_set_num_threads(threads);
+    test::for_each_thread_count({1, 2}, [&](int threads) {
       std::vector<State> got = want, ref = want;
       for (int64_t step = 1; step <= 3; ++step) {
         std::vector<AdamWTensor> tensors;
@@ -81,9 +79,8 @@ TEST(KernelAdamW, ManyTensorsGiveThePerTensorBits) {
           EXPECT_FALSE(test::same_bits(got[t].p, want[t].p)) << at << ": not updated";
         }
       }
-    }
+    });
   }
-  omp_set_num_threads(saved);
   float p = 1.0f, g = 1.0f, m = 0.0f, v = 0.0f;
   const AdamWTensor one{&p, &g, &m, &v, 1, 0.0f};
   EXPECT_THROW(adamw_update_many(&one, 1, 1e-3f, 0.9f, 0.999f, 0.0f, 1), Error);

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "kernel_test_util.hpp"
+#include "support/isa_paths.hpp"
 #include "kernels/cpu/elementwise.hpp"
 
 namespace cleave::kernels::cpu {
@@ -124,13 +125,12 @@ TEST(KernelAddRmsNorm, EveryIsaPathGivesTheUnfusedPairsBits) {
     }
     const Outputs base = fused(VectorIsa::kBaseline, in, rows, cols);
     for (float v : base.dx) norm += std::isfinite(v) ? std::fabs(v) : 0.0;
-    for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-      if (!vector_isa_available(isa)) continue;
-      const std::string what = "isa " + std::to_string(static_cast<int>(isa)) + " " + at(rows, cols);
+    test::for_each_isa_path(test::kEveryIsaPath, [&](VectorIsa isa) {
+      const std::string what = test::isa_label(isa) + " " + at(rows, cols);
       const Outputs got = fused(isa, in, rows, cols);
       expect_same(got, unfused(isa, in, rows, cols), "fused vs unfused, " + what);
       expect_same(got, base, "vs the baseline path, " + what);
-    }
+    });
   }
   EXPECT_GT(norm, 0.0);
 }

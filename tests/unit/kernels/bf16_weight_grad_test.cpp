@@ -1,9 +1,9 @@
 // The weight gradients that read bf16 activations a row segment at a time (bias, LayerNorm, RMSNorm on every vector
 // path) give the bits of their f32 kernels over the widened tensors, the path they replace (whole-tensor widening
 // into f32 scratch), at 1 and 2 threads. Shapes: column counts that are not a multiple of the column block (256,
-// 128) or a vector, a single row, and one large enough to be worth a team; the gradients start non-zero (+=).
+// 128) or a vector, a single row, and one large enough to be worth a team; the gradients start non-zero (+=); dy
+// spans 24 binades, so that the f32 sums of its bf16 values round and an order change shows.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <string>
 #include <vector>
@@ -12,6 +12,7 @@
 #include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/rmsnorm.hpp"
+#include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -25,11 +26,12 @@ using test::random_bf16;
 using test::widened;
 
 TEST(KernelBf16WeightGradients, RowSegmentsGiveTheWidenedF32Bits) {
-  const int saved = omp_get_max_threads();
   double norm = 0.0;
   for (const Shape& s : kShapes) {
     const auto n = static_cast<size_t>(s.rows * s.cols), cols = static_cast<size_t>(s.cols);
-    const auto dy = random_bf16(n, 61, 2.0f), x = random_bf16(n, 62, 2.0f);
+    // dy over 24 binades, so that the sums of bf16 values (bias, dbeta) round: of one binade they add exactly in f32,
+    // and a kernel that summed the rows in another order would pass (checked by reversing the row loop for bf16).
+    const auto dy = test::random_bf16_spanning_binades(n, 61, 24, 2.0f), x = random_bf16(n, 62, 2.0f);
     const auto dy32 = widened(dy), x32 = widened(x);
     const auto mean = test::random_floats(static_cast<size_t>(s.rows), 63);
     const auto rstd = test::random_floats(static_cast<size_t>(s.rows), 64, 3.0f);
@@ -43,8 +45,7 @@ TEST(KernelBf16WeightGradients, RowSegmentsGiveTheWidenedF32Bits) {
                                 s.cols);
     norm += test::l2_norm(bias_want) + test::l2_norm(gamma_want) + test::l2_norm(rms_want);
 
-    for (int threads : {1, 2}) {
-      omp_set_num_threads(threads);
+    test::for_each_thread_count({1, 2}, [&](int threads) {
       const std::string at = " [" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "] threads " +
                              std::to_string(threads);
       std::vector<float> bias = start, gamma = start, beta = start;
@@ -54,15 +55,13 @@ TEST(KernelBf16WeightGradients, RowSegmentsGiveTheWidenedF32Bits) {
       EXPECT_EQ(bias, bias_want) << "bias" << at;
       EXPECT_EQ(gamma, gamma_want) << "layernorm dgamma" << at;
       EXPECT_EQ(beta, beta_want) << "layernorm dbeta" << at;
-      for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-        if (!vector_isa_available(isa)) continue;
+      test::for_each_isa_path(test::kEveryIsaPath, [&](VectorIsa isa) {
         std::vector<float> rms = start;
         rmsnorm_backward_weight_isa(isa, dy.data(), x.data(), rstd.data(), rms.data(), s.rows, s.cols);
-        EXPECT_EQ(rms, rms_want) << "rmsnorm dweight, isa " << static_cast<int>(isa) << at;
-      }
-    }
+        EXPECT_EQ(rms, rms_want) << "rmsnorm dweight, " << test::isa_label(isa) << at;
+      });
+    });
   }
-  omp_set_num_threads(saved);
   EXPECT_GT(norm, 0.0);
 }
 

@@ -1,17 +1,18 @@
 // bias_add_forward / bias_backward against double references on odd shapes; backward accumulates (+=),
 // so two calls give the initial value plus twice the column sums; a wide case exercises column blocking. Every
 // instruction-set path and thread count gives the bits of the serial loop that sums each column in row order
-// (f32 and bf16 dy), on widths below, at and past the 64-column block.
+// (f32 and bf16 dy, the bf16 values over 24 binades so that their sums round), on widths below, at and past the
+// 64-column block.
 #include "kernels/cpu/bias.hpp"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cstring>
 #include <limits>
 #include <string>
 
 #include "kernel_test_util.hpp"
+#include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -81,7 +82,9 @@ TEST(KernelBias, EveryIsaPathGivesTheRowOrderBits) {
       dy[static_cast<size_t>(cols + cols - 1)] = std::numeric_limits<float>::infinity();
       dy[static_cast<size_t>(2 * cols)] = std::numeric_limits<float>::quiet_NaN();
     }
-    const auto dy16 = test::random_bf16(static_cast<size_t>(rows * cols), 6, 3.0f);
+    // bf16 values over 24 binades: values of one binade (8 significant bits) add exactly in f32, and then no order of
+    // the rows could be told from another (checked by reversing the kernel's row loop for bf16 dy).
+    const auto dy16 = test::random_bf16_spanning_binades(static_cast<size_t>(rows * cols), 6, 24, 3.0f);
     const auto initial = test::random_floats(static_cast<size_t>(cols), 7);
     const auto want = row_order_sums(dy, initial, rows, cols);
     const auto want16 = row_order_sums(dy16, initial, rows, cols);
@@ -91,25 +94,19 @@ TEST(KernelBias, EveryIsaPathGivesTheRowOrderBits) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) want_y[r * cols + c] += bias[c];
     EXPECT_GT(test::l2_norm(want16), 0.0);
-    for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-      if (!vector_isa_available(isa)) continue;
-      for (int threads : {1, 2, 3}) {
-        const std::string what = "isa " + std::to_string(static_cast<int>(isa)) + ", " + std::to_string(threads) +
-                                 " threads, rows " + std::to_string(rows) + ", cols " + std::to_string(cols);
-        const int saved = omp_get_max_threads();
-        omp_set_num_threads(threads);
-        auto got = initial;
-        bias_backward_isa(isa, dy.data(), got.data(), rows, cols);
-        auto got16 = initial;
-        bias_backward_isa(isa, dy16.data(), got16.data(), rows, cols);
-        auto got_y = y;
-        bias_add_forward_isa(isa, got_y.data(), bias.data(), rows, cols);
-        omp_set_num_threads(saved);
-        EXPECT_TRUE(same_bits(got, want)) << "f32 dy, " << what;
-        EXPECT_TRUE(same_bits(got16, want16)) << "bf16 dy, " << what;
-        EXPECT_TRUE(same_bits(got_y, want_y)) << "forward, " << what;
-      }
-    }
+    test::for_each_isa_path_and_threads([&](VectorIsa isa, int threads) {
+      const std::string what = test::isa_label(isa) + ", " + std::to_string(threads) + " threads, rows " +
+                               std::to_string(rows) + ", cols " + std::to_string(cols);
+      auto got = initial;
+      bias_backward_isa(isa, dy.data(), got.data(), rows, cols);
+      auto got16 = initial;
+      bias_backward_isa(isa, dy16.data(), got16.data(), rows, cols);
+      auto got_y = y;
+      bias_add_forward_isa(isa, got_y.data(), bias.data(), rows, cols);
+      EXPECT_TRUE(same_bits(got, want)) << "f32 dy, " << what;
+      EXPECT_TRUE(same_bits(got16, want16)) << "bf16 dy, " << what;
+      EXPECT_TRUE(same_bits(got_y, want_y)) << "forward, " << what;
+    });
   }
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/core/dtype.hpp"
+#include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -67,9 +68,7 @@ constexpr std::int64_t kSizes[] = {0, 1, 3, 4, 5, 7, 8, 15, 16, 17, 31, 33, 4095
 
 std::vector<VectorIsa> isas() {
   std::vector<VectorIsa> out;
-  for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-    if (vector_isa_available(isa)) out.push_back(isa);
-  }
+  test::for_each_isa_path(test::kEveryIsaPath, [&](VectorIsa isa) { out.push_back(isa); });
   return out;
 }
 

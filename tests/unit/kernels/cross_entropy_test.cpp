@@ -7,13 +7,13 @@
 #include "kernels/cpu/cross_entropy.hpp"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "kernel_test_util.hpp"
+#include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -131,7 +131,6 @@ TEST(KernelCrossEntropy, VocabShardsCombineToTheFusedKernel) {
 // (into its own tensor and in place) or as f32, bit for bit. Shapes: one class, rows shorter than a vector, a
 // vocabulary that is no multiple of a vector, and one large enough to be worth a team.
 TEST(KernelCrossEntropy, Bf16RowsGiveTheWidenedF32Bits) {
-  const int saved = omp_get_max_threads();
   for (auto [rows, classes] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {13, 65}, {7, 1001}, {37, 4099}}) {
     const auto n = static_cast<size_t>(rows * classes), nr = static_cast<size_t>(rows);
     const auto x16 = test::random_bf16(n, 71, 6.0f);
@@ -156,8 +155,7 @@ TEST(KernelCrossEntropy, Bf16RowsGiveTheWidenedF32Bits) {
       EXPECT_GT(test::l2_norm(g_want), 0.0);
     }
 
-    for (int threads : {1, 2}) {
-      omp_set_num_threads(threads);
+    test::for_each_thread_count({1, 2}, [&](int threads) {
       const std::string at = " [" + std::to_string(rows) + "x" + std::to_string(classes) + "] threads " +
                              std::to_string(threads);
       auto lse = test::poisoned(nr), mx = test::poisoned(nr), sum = test::poisoned(nr), tl = test::poisoned(nr),
@@ -186,9 +184,8 @@ TEST(KernelCrossEntropy, Bf16RowsGiveTheWidenedF32Bits) {
       softmax_cross_entropy_backward_shard(x16.data(), shard_targets.data(), offset, lse_want.data(), 0.37f,
                                            g32.data(), rows, classes, total, valid);
       EXPECT_TRUE(test::same_bits(g32, g_want)) << "f32 gradient of bf16 logits" << at;
-    }
+    });
   }
-  omp_set_num_threads(saved);
 }
 
 TEST(KernelCrossEntropy, HugeLogitsAreStable) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernel_test_util.hpp"
+#include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -75,12 +76,10 @@ const std::vector<std::vector<int64_t>> kManySizes = {{7, 0, 1, 16384, 16385, 40
                                                       {5, 33, 1000}};
 
 TEST(KernelElementwise, ScaleManyGivesThePerTensorBits) {
-  const int saved = omp_get_max_threads();
   for (const std::vector<int64_t>& sizes : kManySizes) {
     std::vector<std::vector<float>> start;
     for (size_t t = 0; t < sizes.size(); ++t) start.push_back(test::random_floats(static_cast<size_t>(sizes[t]), 700 + t));
-    for (int threads : {1, 2}) {
-      omp_set_num_threads(threads);
+    test::for_each_thread_count({1, 2}, [&](int threads) {
       for (bool nested : {false, true}) {
         std::vector<std::vector<float>> got = start, ref = start;
         std::vector<FloatSpan> spans;
@@ -106,13 +105,11 @@ TEST(KernelElementwise, ScaleManyGivesThePerTensorBits) {
           }
         }
       }
-    }
+    });
   }
-  omp_set_num_threads(saved);
 }
 
 TEST(KernelElementwise, SumSquaresExactManyGivesThePerTensorDigits) {
-  const int saved = omp_get_max_threads();
   for (const std::vector<int64_t>& sizes : kManySizes) {
     for (int special : {0, 1, 2}) {  // none, an infinity, an infinity and a NaN (the counts must match too)
       std::vector<std::vector<float>> xs;
@@ -127,8 +124,7 @@ TEST(KernelElementwise, SumSquaresExactManyGivesThePerTensorDigits) {
       for (size_t t = 0; t < sizes.size(); ++t) sum_squares_exact(xs[t].data(), sizes[t], want);
       std::vector<ConstFloatSpan> spans;
       for (size_t t = 0; t < sizes.size(); ++t) spans.push_back({xs[t].data(), sizes[t]});
-      for (int threads : {1, 2}) {
-        omp_set_num_threads(threads);
+      test::for_each_thread_count({1, 2}, [&](int threads) {
         for (bool nested : {false, true}) {
           ExactSquareSum got;
           if (nested) {
@@ -148,7 +144,7 @@ TEST(KernelElementwise, SumSquaresExactManyGivesThePerTensorDigits) {
           const double a = got.to_double(), b = want.to_double();
           EXPECT_TRUE(std::memcmp(&a, &b, sizeof a) == 0) << at << ": " << a << " vs " << b;
         }
-      }
+      });
       if (special == 0) {
         EXPECT_GT(want.to_double(), 0.0);
       }
@@ -157,7 +153,6 @@ TEST(KernelElementwise, SumSquaresExactManyGivesThePerTensorDigits) {
       }
     }
   }
-  omp_set_num_threads(saved);
 }
 
 }  // namespace

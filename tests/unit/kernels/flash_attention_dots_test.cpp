@@ -3,7 +3,8 @@
 // product of the bf16 values, on head dims with and without a pad (odd), rows and columns off the tile edges, strided
 // operands; the pad columns of S are never written. The value products likewise: C += A B with A f32 rounded to bf16
 // as it is packed (rows, or columns of its transpose; zeros and subnormals to +0) and B bf16 rows, on odd contraction
-// lengths, against a double sum of the rounded values added to C's old values.
+// lengths, against a double sum of the rounded values added to C's old values. Operands span 11 binades, so that the
+// f32 sums of bf16 x bf16 products round and a path's order change shows.
 #include "kernels/cpu/flash_attention_dots.hpp"
 
 #include <gtest/gtest.h>
@@ -39,8 +40,10 @@ TEST(FlashAttentionDots, EveryPathGivesTheSameBitsAndTheDoubleProducts) {
     for (int64_t rows : {1, 5, 13, 64}) {
       for (int64_t cols : {1, 17, 33, 128}) {
         const int64_t lda = hd + 3, ldb = hd + 5, ld_s = cols + 2;
-        const auto a = test::random_bf16(static_cast<size_t>(rows * lda), 31 + hd, 2.0f);
-        const auto b = test::random_bf16(static_cast<size_t>(cols * ldb), 32 + hd, 2.0f);
+        // Over 11 binades: bf16 x bf16 products of one binade's values mostly add exactly in f32, and then a path
+        // that added them in another order would pass (checked by swapping the odd and even products' adds).
+        const auto a = test::random_bf16_spanning_binades(static_cast<size_t>(rows * lda), 31 + hd, 11, 2.0f);
+        const auto b = test::random_bf16_spanning_binades(static_cast<size_t>(cols * ldb), 32 + hd, 11, 2.0f);
         const std::string at = "hd " + std::to_string(hd) + " rows " + std::to_string(rows) + " cols " +
                                std::to_string(cols);
         const auto base = run_scores(DotIsa::kBaseline, a, lda, rows, b, ldb, cols, hd, ld_s);
@@ -97,12 +100,13 @@ TEST(FlashAttentionDots, ValueProductsRoundTheLeftOperandAndGiveTheSameBitsOnEve
         for (int64_t n : {6, 7, 64}) {
           const int64_t lda = transposed ? rows + 1 : k + 3, ldb = n + 5, ld_c = n + 2;
           const int64_t a_rows = transposed ? k : rows;
-          auto a = test::random_floats(static_cast<size_t>(a_rows * lda), 41 + k);
+          // Both operands over 11 binades, so that the products' f32 sums round (as the scores' above).
+          auto a = test::random_floats_spanning_binades(static_cast<size_t>(a_rows * lda), 41 + k, 11);
           if (rows * k > 2) {  // subnormals: read as +0
             a[0] = 3e-39f;
             a[1] = -2.5e-39f;
           }
-          const auto b = test::random_bf16(static_cast<size_t>(k * ldb), 42 + n, 2.0f);
+          const auto b = test::random_bf16_spanning_binades(static_cast<size_t>(k * ldb), 42 + n, 11, 2.0f);
           const std::string at = std::string(transposed ? "transposed" : "rows") + " k " + std::to_string(k) +
                                  " rows " + std::to_string(rows) + " n " + std::to_string(n);
           const auto base = run_products(DotIsa::kBaseline, a, transposed, rows, k, b, ldb, n, ld_c);

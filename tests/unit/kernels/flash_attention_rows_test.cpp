@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernel_test_util.hpp"
+#include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -68,17 +69,16 @@ TEST(FlashAttentionRows, EveryIsaPathGivesTheSameBits) {
     const flash_rows::BlockRows blk{60, 45, 40, cols, cols + 3};
     for (bool shift : {false, true}) {
     const RowOutputs base = run_ops(VectorIsa::kBaseline, s, blk, 11, shift);
-    for (VectorIsa isa : {VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-      if (!vector_isa_available(isa)) continue;
+    test::for_each_isa_path(test::kIsaPathsPastBaseline, [&](VectorIsa isa) {
       const RowOutputs o = run_ops(isa, s, blk, 11, shift);
       const char* names[] = {"S", "m", "l", "acc", "P", "dS", "D"};
       const std::vector<float>* got[] = {&o.S, &o.m, &o.l, &o.acc, &o.P, &o.dS, &o.D};
       const std::vector<float>* want[] = {&base.S, &base.m, &base.l, &base.acc, &base.P, &base.dS, &base.D};
       for (int i = 0; i < 7; ++i) {
         EXPECT_TRUE(same_bits(*got[i], *want[i]))
-            << names[i] << ", isa " << static_cast<int>(isa) << ", cols " << cols << ", ln2 shift " << shift;
+            << names[i] << ", " << test::isa_label(isa) << ", cols " << cols << ", ln2 shift " << shift;
       }
-    }
+    });
     }
   }
 }

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "kernel_test_util.hpp"
+#include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -88,17 +89,16 @@ TEST(KernelGelu, EveryIsaPathGivesTheSameBits) {
     gelu_forward_isa(VectorIsa::kBaseline, x.data(), y0.data(), n);
     gelu_backward_isa(VectorIsa::kBaseline, x.data(), dy.data(), dx0.data(), n);
     for (float v : y0) finite_norm += std::isfinite(v) ? std::fabs(v) : 0.0;
-    for (VectorIsa isa : {VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-      if (!vector_isa_available(isa)) continue;
+    test::for_each_isa_path(test::kIsaPathsPastBaseline, [&](VectorIsa isa) {
       auto y = test::poisoned(x.size());
       auto dx = test::poisoned(x.size());
       gelu_forward_isa(isa, x.data(), y.data(), n);
       gelu_backward_isa(isa, x.data(), dy.data(), dx.data(), n);
       EXPECT_EQ(std::memcmp(y.data(), y0.data(), y.size() * sizeof(float)), 0)
-          << "forward, isa " << static_cast<int>(isa) << ", n " << n;
+          << "forward, " << test::isa_label(isa) << ", n " << n;
       EXPECT_EQ(std::memcmp(dx.data(), dx0.data(), dx.size() * sizeof(float)), 0)
-          << "backward, isa " << static_cast<int>(isa) << ", n " << n;
-    }
+          << "backward, " << test::isa_label(isa) << ", n " << n;
+    });
   }
   EXPECT_GT(finite_norm, 0.0);
 }

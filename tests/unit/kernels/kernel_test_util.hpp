@@ -1,6 +1,7 @@
-// Shared helpers for the CPU kernel tests: seeded random inputs that are never zero, NaN-poisoned
-// outputs (so an element a kernel forgets to write fails), and an element-wise comparison against a
-// double-precision reference that counts and reports the wrong elements (NaN always counts as wrong).
+// Shared helpers for the CPU kernel tests: seeded random inputs that are never zero (of one binade, or spread over many
+// binades for the tests of a fixed summation order), NaN-poisoned outputs (so an element a kernel forgets to write
+// fails), and an element-wise comparison against a double-precision reference that counts and reports the wrong
+// elements (NaN always counts as wrong).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -28,6 +29,28 @@ inline std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1
   return v;
 }
 
+// Magnitudes m * 2^-e * scale, m uniform in [1, 2) and e uniform in {1, ..., binades}, with a random sign: never zero,
+// below scale, over `binades` binades. For the tests that check a fixed order of additions bit for bit: values of one
+// binade (random_floats) rounded to bf16 hold 8 significant bits and their products 16, so f32 sums of them are
+// mostly exact and any order gives the same bits (such a test cannot fail). Spread over many binades, the small
+// addends fall below the sum's last bit and round, so an order change shows. bf16 x bf16 products round in f32 sums
+// with ~11 binades per operand (moe_kernels_test); sums of bf16 values themselves need ~24 (an addend rounds only when
+// it lies more than 16 binades below the sum).
+inline std::vector<float> random_floats_spanning_binades(size_t n, uint64_t seed, int binades, float scale = 1.0f) {
+  CLEAVE_ASSERT(binades >= 1 && binades <= 100, "random_floats_spanning_binades: binades {} not in [1, 100]", binades);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+  std::uniform_int_distribution<int> exponent(1, binades);
+  std::bernoulli_distribution negative(0.5);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    const float m = mantissa(rng);  // one draw per statement: the draws' order is fixed
+    const int e = exponent(rng);
+    x = (negative(rng) ? -1.0f : 1.0f) * std::ldexp(m, -e) * scale;
+  }
+  return v;
+}
+
 // Small non-zero integers in [-range, range]: products and sums are exact in float.
 inline std::vector<float> random_small_ints(size_t n, uint64_t seed, int range = 4) {
   std::mt19937_64 rng(seed);
@@ -52,6 +75,9 @@ inline std::vector<float> widened(const std::vector<uint16_t>& x) {
 }
 inline std::vector<uint16_t> random_bf16(size_t n, uint64_t seed, float scale = 1.0f) {
   return narrowed(random_floats(n, seed, scale));
+}
+inline std::vector<uint16_t> random_bf16_spanning_binades(size_t n, uint64_t seed, int binades, float scale = 1.0f) {
+  return narrowed(random_floats_spanning_binades(n, seed, binades, scale));
 }
 
 // Bit for bit (memcmp: -0 differs from +0, NaN payloads count).

@@ -1,11 +1,11 @@
 // LayerNorm against a double reference (y, mean, rstd), backward_input against the analytic double
 // gradient and finite differences of the kernel's forward, backward_weight against the reference and
 // finite differences in gamma/beta, and its += semantics; the weight gradient's instruction-set paths and thread
-// counts against the bits of the serial loop that sums each column in row order (f32 and bf16 operands).
+// counts against the bits of the serial loop that sums each column in row order (f32 and bf16 operands, bf16 dy over
+// 24 binades so that its sums round).
 #include "kernels/cpu/layernorm.hpp"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -13,6 +13,7 @@
 #include <string>
 
 #include "kernel_test_util.hpp"
+#include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -159,7 +160,9 @@ TEST(KernelLayerNormWeight, PathsAndThreadCountsGiveTheRowOrderBits) {
     const auto mean = test::random_floats(static_cast<size_t>(rows), 43);
     auto rstd = test::random_floats(static_cast<size_t>(rows), 44);
     for (float& v : rstd) v = 1.0f + std::fabs(v);
-    const auto dy16 = test::random_bf16(dy.size(), 45, 2.0f);
+    // bf16 dy over 24 binades, so that dbeta's sums of bf16 values round (of one binade they add exactly, and no
+    // order of the rows could be told from another: checked by reversing the kernel's row loop for bf16 operands).
+    const auto dy16 = test::random_bf16_spanning_binades(dy.size(), 45, 24, 2.0f);
     const auto x16 = test::random_bf16(dy.size(), 46, 3.0f);
     const auto gamma0 = test::random_floats(static_cast<size_t>(cols), 47);
     const auto beta0 = test::random_floats(static_cast<size_t>(cols), 48);
@@ -168,25 +171,19 @@ TEST(KernelLayerNormWeight, PathsAndThreadCountsGiveTheRowOrderBits) {
     auto want_gamma16 = gamma0, want_beta16 = beta0;
     row_order_weight_sums(test::widened(dy16), test::widened(x16), mean, rstd, want_gamma16, want_beta16, rows, cols);
     EXPECT_GT(test::l2_norm(want_gamma16), 0.0);
-    for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-      if (!vector_isa_available(isa)) continue;
-      for (int threads : {1, 2, 3}) {
-        const std::string what = "isa " + std::to_string(static_cast<int>(isa)) + ", " + std::to_string(threads) +
-                                 " threads, rows " + std::to_string(rows) + ", cols " + std::to_string(cols);
-        const int saved = omp_get_max_threads();
-        omp_set_num_threads(threads);
-        auto gamma = gamma0, beta = beta0, gamma16 = gamma0, beta16 = beta0;
-        layernorm_backward_weight_isa(isa, dy.data(), x.data(), mean.data(), rstd.data(), gamma.data(), beta.data(),
-                                      rows, cols);
-        layernorm_backward_weight_isa(isa, dy16.data(), x16.data(), mean.data(), rstd.data(), gamma16.data(),
-                                      beta16.data(), rows, cols);
-        omp_set_num_threads(saved);
-        EXPECT_TRUE(same_bits(gamma, want_gamma)) << "dgamma, " << what;
-        EXPECT_TRUE(same_bits(beta, want_beta)) << "dbeta, " << what;
-        EXPECT_TRUE(same_bits(gamma16, want_gamma16)) << "bf16 dgamma, " << what;
-        EXPECT_TRUE(same_bits(beta16, want_beta16)) << "bf16 dbeta, " << what;
-      }
-    }
+    test::for_each_isa_path_and_threads([&](VectorIsa isa, int threads) {
+      const std::string what = test::isa_label(isa) + ", " + std::to_string(threads) + " threads, rows " +
+                               std::to_string(rows) + ", cols " + std::to_string(cols);
+      auto gamma = gamma0, beta = beta0, gamma16 = gamma0, beta16 = beta0;
+      layernorm_backward_weight_isa(isa, dy.data(), x.data(), mean.data(), rstd.data(), gamma.data(), beta.data(),
+                                    rows, cols);
+      layernorm_backward_weight_isa(isa, dy16.data(), x16.data(), mean.data(), rstd.data(), gamma16.data(),
+                                    beta16.data(), rows, cols);
+      EXPECT_TRUE(same_bits(gamma, want_gamma)) << "dgamma, " << what;
+      EXPECT_TRUE(same_bits(beta, want_beta)) << "dbeta, " << what;
+      EXPECT_TRUE(same_bits(gamma16, want_gamma16)) << "bf16 dgamma, " << what;
+      EXPECT_TRUE(same_bits(beta16, want_beta16)) << "bf16 dbeta, " << what;
+    });
   }
 }
 

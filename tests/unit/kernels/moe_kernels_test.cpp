@@ -8,7 +8,6 @@
 #include "kernels/cpu/moe.hpp"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <bit>
@@ -21,6 +20,7 @@
 #include "engine/core/dtype.hpp"
 #include "kernels/cpu/vec_math.hpp"
 #include "unit/kernels/kernel_test_util.hpp"
+#include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -62,13 +62,14 @@ Routing routing(std::int64_t tokens, std::int64_t experts, std::int64_t k, std::
 }
 
 // Random values with every few a signed zero, a subnormal or a value that lies on (or just off) a bf16 rounding tie.
-// spread: the values scaled by 2^-e, e uniform in [0, 10], so that sums of bf16 products round (products of values
-// of one binade, 8 significant bits each, mostly add exactly, and then no order of the additions could be told apart).
-std::vector<float> awkward(std::size_t n, std::uint64_t seed, bool spread = false) {
+// spread: the values scaled by 2^-e, e uniform in [0, spread - 1], so that f32 sums round: 11 for sums of bf16
+// products (products of values of one binade, 8 significant bits each, mostly add exactly, and then no order of the
+// additions could be told apart), 24 for sums of bf16 values themselves (one rounds only 16 binades below the sum).
+std::vector<float> awkward(std::size_t n, std::uint64_t seed, int spread = 0) {
   std::vector<float> v = test::random_floats(n, seed);
-  if (spread) {
+  if (spread > 0) {
     std::mt19937_64 rng(seed ^ 0x5eedu);
-    std::uniform_int_distribution<int> e(0, 10);
+    std::uniform_int_distribution<int> e(0, spread - 1);
     for (float& x : v) x = std::ldexp(x, -e(rng));
   }
   const std::uint32_t special[] = {0x00000000u, 0x80000000u, 0x00012345u, 0x80400001u, 0x3f808000u, 0x3f818000u,
@@ -84,7 +85,7 @@ struct Operand {
   std::vector<float> f32;  // the values the kernel reads, widened
 };
 template <class T>
-Operand<T> operand(std::size_t n, std::uint64_t seed, bool spread = false) {
+Operand<T> operand(std::size_t n, std::uint64_t seed, int spread = 0) {
   const std::vector<float> v = awkward(n, seed, spread);
   if constexpr (std::is_same_v<T, float>) {
     return {v, v};
@@ -159,7 +160,9 @@ void check_gather_and_combine(const Shape& s, bool scaled, std::uint64_t seed) {
   const std::int64_t experts = 8, r = s.tokens * s.k;
   const Routing route = routing(s.tokens, experts, s.k, seed);
   const Operand<In> x = operand<In>(static_cast<std::size_t>(s.tokens * s.d), seed + 1);
-  const Operand<In> src = operand<In>(static_cast<std::size_t>(r * s.d), seed + 2);
+  // src over 24 binades: unscaled, the combine adds bf16 values, which of one binade add exactly (then a kernel that
+  // added the k rows in another order would pass; checked by reversing the k loop for bf16 src without weights).
+  const Operand<In> src = operand<In>(static_cast<std::size_t>(r * s.d), seed + 2, 24);
   const std::vector<float> scale = test::random_floats(static_cast<std::size_t>(r), seed + 3);
   const float* sc = scaled ? scale.data() : nullptr;
   // The scalar order and the double reference.
@@ -184,8 +187,7 @@ void check_gather_and_combine(const Shape& s, bool scaled, std::uint64_t seed) {
   test::expect_close(got_c_f32, exact_c, tol, tol, "the scalar order against double");
   EXPECT_GT(l2_norm(got_c_f32), 0.0);
   for (const Path& p : paths()) {
-    for (int threads : {1, 2}) {
-      omp_set_num_threads(threads);
+    test::for_each_thread_count({1, 2}, [&](int threads) {
       const std::string what = p.name + ", " + std::to_string(threads) +
                                " threads, tokens " + std::to_string(s.tokens) + " d " + std::to_string(s.d) +
                                " k " + std::to_string(s.k) + (scaled ? ", scaled" : ", unscaled");
@@ -194,17 +196,16 @@ void check_gather_and_combine(const Shape& s, bool scaled, std::uint64_t seed) {
       EXPECT_TRUE(same_bits(g, want_g)) << "moe_gather, " << what;
       moe_combine_isa(p.isa, p.bf16_insn, src.data.data(), route.token_row.data(), sc, c.data(), s.tokens, s.k, r, s.d);
       EXPECT_TRUE(same_bits(c, want_c)) << "moe_combine, " << what;
-    }
+    });
   }
-  omp_set_num_threads(2);
 }
 
 template <class Dy, class Src>
 void check_weight_grad(const Shape& s, std::uint64_t seed) {
   const std::int64_t experts = 8, r = s.tokens * s.k;
   const Routing route = routing(s.tokens, experts, s.k, seed);
-  const Operand<Dy> dy = operand<Dy>(static_cast<std::size_t>(s.tokens * s.d), seed + 4, true);
-  const Operand<Src> src = operand<Src>(static_cast<std::size_t>(r * s.d), seed + 5, true);
+  const Operand<Dy> dy = operand<Dy>(static_cast<std::size_t>(s.tokens * s.d), seed + 4, 11);
+  const Operand<Src> src = operand<Src>(static_cast<std::size_t>(r * s.d), seed + 5, 11);
   std::vector<float> want(static_cast<std::size_t>(r));
   std::vector<double> exact(want.size());
   for (std::int64_t i = 0; i < r; ++i) {
@@ -216,17 +217,15 @@ void check_weight_grad(const Shape& s, std::uint64_t seed) {
   test::expect_close(want, exact, 1e-5, 1e-4, "the scalar dot against double");
   EXPECT_GT(l2_norm(want), 0.0);
   for (const Path& p : paths()) {
-    for (int threads : {1, 2}) {
-      omp_set_num_threads(threads);
+    test::for_each_thread_count({1, 2}, [&](int threads) {
       std::vector<float> got = test::poisoned(want.size());
       moe_combine_weight_grad_isa(p.isa, p.bf16_insn, dy.data.data(), src.data.data(), route.token_row.data(), got.data(),
                                   s.tokens, s.k, r, s.d);
       EXPECT_TRUE(same_bits(got, want)) << "moe_combine_weight_grad, " << p.name << ", "
                                         << threads << " threads, tokens " << s.tokens << " d " << s.d << " k "
                                         << s.k;
-    }
+    });
   }
-  omp_set_num_threads(2);
 }
 
 // The weight gradient's packed loops (moe_paths.hpp: 4 or 8 dots a group, 32 bf16 columns at a time on AVX-512, then

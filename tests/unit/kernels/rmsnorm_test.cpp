@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "kernel_test_util.hpp"
+#include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -141,12 +142,10 @@ TEST(KernelRmsNorm, EveryIsaPathGivesTheSameBits) {
     }
     const Outputs base = run_all(VectorIsa::kBaseline, x, w, dy, rows, cols);
     for (float v : base.dx) norm += std::isfinite(v) ? std::fabs(v) : 0.0;
-    for (VectorIsa isa : {VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-      if (!vector_isa_available(isa)) continue;
+    test::for_each_isa_path(test::kIsaPathsPastBaseline, [&](VectorIsa isa) {
       expect_same_bits(run_all(isa, x, w, dy, rows, cols), base,
-                       "isa " + std::to_string(static_cast<int>(isa)) + ", rows " + std::to_string(rows) +
-                           ", cols " + std::to_string(cols));
-    }
+                       test::isa_label(isa) + ", rows " + std::to_string(rows) + ", cols " + std::to_string(cols));
+    });
   }
   EXPECT_GT(norm, 0.0);
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernel_test_util.hpp"
+#include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -221,13 +222,12 @@ TEST(KernelRope, EveryIsaPathAndThreadCountGivesTheSameBits) {
       norm += test::l2_norm(base[0]) + test::l2_norm(base[2]);
       const std::string what = "hq " + std::to_string(c.hq) + " hkv " + std::to_string(c.hkv) + " hd " +
                                std::to_string(c.hd) + " rows " + std::to_string(rows) + (grouped ? " grouped" : "");
-      for (VectorIsa isa : {VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-        if (!vector_isa_available(isa)) continue;
+      test::for_each_isa_path(test::kIsaPathsPastBaseline, [&](VectorIsa isa) {
         const auto got = run(isa);
         for (size_t i = 0; i < got.size(); ++i) {
-          EXPECT_TRUE(same_bits(got[i], base[i])) << "output " << i << ", isa " << static_cast<int>(isa) << ", " << what;
+          EXPECT_TRUE(same_bits(got[i], base[i])) << "output " << i << ", " << test::isa_label(isa) << ", " << what;
         }
-      }
+      });
       omp_set_num_threads(1);
       const auto one = run(best_vector_isa());
       omp_set_num_threads(2);
@@ -249,7 +249,6 @@ using test::widened;
 // dqkv), run the f32 kernel (baseline path), narrow every output once. Bit for bit on every vector path, at 1 and
 // 2 threads, repeated and grouped layouts, every shape of kCases (hd 2 and 6: vectors never full; 96: tails).
 TEST(KernelRope, Bf16RowsGiveTheWidenedF32Bits) {
-  const int saved = omp_get_max_threads();
   double norm = 0.0;
   int compared = 0;
   for (const Case& c : kCases) {
@@ -273,26 +272,21 @@ TEST(KernelRope, Bf16RowsGiveTheWidenedF32Bits) {
 
       const std::string what = "hq " + std::to_string(c.hq) + " hkv " + std::to_string(c.hkv) + " hd " +
                                std::to_string(c.hd) + " rows " + std::to_string(rows) + (grouped ? " grouped" : "");
-      for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-        if (!vector_isa_available(isa)) continue;
-        for (int threads : {1, 2}) {
-          omp_set_num_threads(threads);
-          std::vector<std::vector<uint16_t>> got{std::vector<uint16_t>(want[0].size(), 0x7fc1),
-                                                 std::vector<uint16_t>(q.size(), 0x7fc1),
-                                                 std::vector<uint16_t>(k.size(), 0x7fc1),
-                                                 std::vector<uint16_t>(v.size(), 0x7fc1)};
-          rope_pack_qkv_isa(isa, q.data(), k.data(), v.data(), got[0].data(), s);
-          rope_pack_qkv_backward_isa(isa, dqkv.data(), got[1].data(), got[2].data(), got[3].data(), s);
-          for (size_t i = 0; i < got.size(); ++i) {
-            EXPECT_EQ(got[i], want[i]) << "output " << i << ", isa " << static_cast<int>(isa) << ", threads "
-                                       << threads << ", " << what;
-            ++compared;
-          }
+      test::for_each_isa_path_and_threads(test::kEveryIsaPath, {1, 2}, [&](VectorIsa isa, int threads) {
+        std::vector<std::vector<uint16_t>> got{std::vector<uint16_t>(want[0].size(), 0x7fc1),
+                                               std::vector<uint16_t>(q.size(), 0x7fc1),
+                                               std::vector<uint16_t>(k.size(), 0x7fc1),
+                                               std::vector<uint16_t>(v.size(), 0x7fc1)};
+        rope_pack_qkv_isa(isa, q.data(), k.data(), v.data(), got[0].data(), s);
+        rope_pack_qkv_backward_isa(isa, dqkv.data(), got[1].data(), got[2].data(), got[3].data(), s);
+        for (size_t i = 0; i < got.size(); ++i) {
+          EXPECT_EQ(got[i], want[i]) << "output " << i << ", " << test::isa_label(isa) << ", threads " << threads
+                                     << ", " << what;
+          ++compared;
         }
-      }
+      });
     }
   }
-  omp_set_num_threads(saved);
   EXPECT_GT(norm, 0.0);
   EXPECT_GE(compared, 8 * 2 * 4 * 2);  // at least the baseline path at both thread counts
 }

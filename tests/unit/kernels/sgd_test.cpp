@@ -5,11 +5,11 @@
 #include "kernels/cpu/sgd.hpp"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <string>
 
 #include "kernel_test_util.hpp"
+#include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -56,11 +56,9 @@ TEST(KernelSgd, NesterovNeedsMomentum) {
 // sgd_update_many over tensors of awkward sizes (an empty one, around the 16,384-element piece, a total worth a team)
 // equals sgd_update on each in turn, bit for bit, for every variant, at 1 and 2 threads, over three steps.
 TEST(KernelSgd, ManyTensorsGiveThePerTensorBits) {
-  const int saved = omp_get_max_threads();
   const std::vector<int64_t> sizes = {7, 0, 16384, 16385, 40001, 3};
   for (const Variant var : {Variant{0.0f, 0.01f, false}, Variant{0.9f, 0.05f, true}, Variant{0.5f, 0.0f, false}}) {
-    for (int threads : {1, 2}) {
-      omp_set_num_threads(threads);
+    test::for_each_thread_count({1, 2}, [&](int threads) {
       std::vector<std::vector<float>> p_got, p_ref, b_got, b_ref, grads;
       for (size_t t = 0; t < sizes.size(); ++t) {
         const auto n = static_cast<size_t>(sizes[t]);
@@ -88,9 +86,8 @@ TEST(KernelSgd, ManyTensorsGiveThePerTensorBits) {
         EXPECT_TRUE(test::same_bits(p_got[t], p_ref[t])) << at << " param";
         EXPECT_TRUE(test::same_bits(b_got[t], b_ref[t])) << at << " momentum buffer";
       }
-    }
+    });
   }
-  omp_set_num_threads(saved);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "kernel_test_util.hpp"
+#include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -93,20 +94,19 @@ TEST(KernelSwiglu, EveryIsaPathGivesTheSameBits) {
     swiglu_forward_isa(VectorIsa::kBaseline, gate.data(), up.data(), h0.data(), n);
     swiglu_backward_isa(VectorIsa::kBaseline, gate.data(), up.data(), dh.data(), dg0.data(), du0.data(), n);
     for (float v : dg0) norm += std::isfinite(v) ? std::fabs(v) : 0.0;
-    for (VectorIsa isa : {VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-      if (!vector_isa_available(isa)) continue;
+    test::for_each_isa_path(test::kIsaPathsPastBaseline, [&](VectorIsa isa) {
       auto h = test::poisoned(gate.size());
       auto dg = test::poisoned(gate.size());
       auto du = test::poisoned(gate.size());
       swiglu_forward_isa(isa, gate.data(), up.data(), h.data(), n);
       swiglu_backward_isa(isa, gate.data(), up.data(), dh.data(), dg.data(), du.data(), n);
       EXPECT_EQ(std::memcmp(h.data(), h0.data(), h.size() * sizeof(float)), 0)
-          << "forward, isa " << static_cast<int>(isa) << ", n " << n;
+          << "forward, " << test::isa_label(isa) << ", n " << n;
       EXPECT_EQ(std::memcmp(dg.data(), dg0.data(), dg.size() * sizeof(float)), 0)
-          << "dgate, isa " << static_cast<int>(isa) << ", n " << n;
+          << "dgate, " << test::isa_label(isa) << ", n " << n;
       EXPECT_EQ(std::memcmp(du.data(), du0.data(), du.size() * sizeof(float)), 0)
-          << "dup, isa " << static_cast<int>(isa) << ", n " << n;
-    }
+          << "dup, " << test::isa_label(isa) << ", n " << n;
+    });
   }
   EXPECT_GT(norm, 0.0);
 }

@@ -238,8 +238,16 @@ TEST(MoeOps, Bf16RoutingGivesTheBitsOfF32OnTheWidenedInputs) {
   }
   const Tensor index = ints(index_v, {r}), rows = ints(rows_v, {tokens, top_k});
   const Tensor scale = random({r}, 60), weight = random({tokens, top_k}, 61);
-  const Tensor x16 = as_bf16(random({tokens, d}, 62)), src16 = as_bf16(random({r, d}, 63));
-  const Tensor dy16 = as_bf16(random({tokens, d}, 64));
+  // src and dy over 11 binades, so that the weight gradient's f32 sums of bf16 x bf16 products round (of one binade
+  // they mostly add exactly, and a bf16 path that added them in another order would pass; checked by swapping two adds
+  // of the AVX-512 bf16 x bf16 loop).
+  const auto spread = [](const Shape& shape, std::uint64_t seed) {
+    return Tensor::from_floats(kernels::test::random_floats_spanning_binades(static_cast<std::size_t>(shape.numel()),
+                                                                            seed, 11),
+                               shape);
+  };
+  const Tensor x16 = as_bf16(random({tokens, d}, 62)), src16 = as_bf16(spread({r, d}, 63));
+  const Tensor dy16 = as_bf16(spread({tokens, d}, 64));
   const Tensor x = Tensor::from_floats(floats_of(x16), {tokens, d});
   const Tensor src = Tensor::from_floats(floats_of(src16), {r, d});
   const Tensor dy = Tensor::from_floats(floats_of(dy16), {tokens, d});

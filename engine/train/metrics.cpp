@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -136,27 +137,48 @@ MetricsWriter::~MetricsWriter() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
+namespace {
+
+// The fixed fields' names, in row order (mfu only when known). write() adds them by these names and reserves the
+// row's room from their summed length, so a field added here is counted; one added to the row but not here fails
+// write()'s check of the room (a bug, caught by every test that writes a row).
+constexpr std::string_view kStep = "step", kLoss = "loss", kLr = "lr", kGradNorm = "grad_norm",
+                           kTokensPerS = "tokens_per_s", kTflopsPerRank = "tflops_per_rank", kMfu = "mfu",
+                           kStepMs = "step_ms", kPeakBytes = "peak_bytes", kNonfiniteSteps = "nonfinite_steps",
+                           kSkippedSteps = "skipped_steps";
+constexpr std::array kFixedKeys = {kStep,    kLoss,       kLr,        kGradNorm,       kTokensPerS,  kTflopsPerRank,
+                                   kMfu,     kStepMs,     kPeakBytes, kNonfiniteSteps, kSkippedSteps};
+constexpr std::size_t kFixedKeyBytes = [] {
+  std::size_t bytes = 0;
+  for (const std::string_view key : kFixedKeys) bytes += key.size();
+  return bytes;
+}();
+
+}  // namespace
+
 void MetricsWriter::write(const StepMetrics& m) {
   // Room for the row at its longest, in the kept buffer: no allocation once it has held a row of these fields
-  // (json_line.hpp). The 11 fixed fields' names take 94 bytes.
-  constexpr std::size_t kFixedFields = 11, kFixedKeyBytes = 128;
+  // (json_line.hpp).
   std::size_t key_bytes = kFixedKeyBytes;
   for (const auto& field : m.counts) key_bytes += field.first.size();
   for (const auto& field : m.extra) key_bytes += field.first.size();
-  row_.begin(kFixedFields + m.counts.size() + m.extra.size(), key_bytes);
-  row_.add("step", m.step);
-  row_.add("loss", m.loss);
-  row_.add("lr", m.lr);
-  row_.add("grad_norm", m.grad_norm);
-  row_.add("tokens_per_s", m.tokens_per_s);
-  row_.add("tflops_per_rank", m.flops_per_rank / 1e12);
-  if (std::isfinite(m.mfu)) row_.add("mfu", m.mfu);
-  row_.add("step_ms", m.step_ms);
-  row_.add("peak_bytes", m.peak_bytes);
-  row_.add("nonfinite_steps", m.nonfinite_steps);
-  row_.add("skipped_steps", m.skipped_steps);
+  row_.begin(kFixedKeys.size() + m.counts.size() + m.extra.size(), key_bytes);
+  row_.add(kStep, m.step);
+  row_.add(kLoss, m.loss);
+  row_.add(kLr, m.lr);
+  row_.add(kGradNorm, m.grad_norm);
+  row_.add(kTokensPerS, m.tokens_per_s);
+  row_.add(kTflopsPerRank, m.flops_per_rank / 1e12);
+  if (std::isfinite(m.mfu)) row_.add(kMfu, m.mfu);
+  row_.add(kStepMs, m.step_ms);
+  row_.add(kPeakBytes, m.peak_bytes);
+  row_.add(kNonfiniteSteps, m.nonfinite_steps);
+  row_.add(kSkippedSteps, m.skipped_steps);
   for (const auto& [key, value] : m.counts) row_.add(key, value);
   for (const auto& [key, value] : m.extra) row_.add(key, value);
+  CLEAVE_ASSERT(row_.within_room(), "metrics row of step {}: more fields or key bytes than its reserved room ({} "
+                "fields, {} key bytes): a field added to write() but not to kFixedKeys", m.step,
+                kFixedKeys.size() + m.counts.size() + m.extra.size(), key_bytes);
   const std::string_view line = row_.end();
   CLEAVE_CHECK(!failed_, "metrics file {}: an earlier write failed; no more rows are written", path_);
   errno = 0;

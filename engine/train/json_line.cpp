@@ -19,6 +19,8 @@ void JsonLine::begin(std::size_t fields, std::size_t key_bytes) {
   text_.reserve(fields * (4 + kMaxValueChars) + 6 * key_bytes + 3);
   text_ += '{';
   first_ = true;
+  room_fields_ = fields, room_key_bytes_ = key_bytes;
+  fields_ = key_bytes_ = 0;
 }
 
 // As nlohmann's dump_escaped with ensure_ascii off: the two-character escapes, other control characters as \u00xx,
@@ -26,6 +28,8 @@ void JsonLine::begin(std::size_t fields, std::size_t key_bytes) {
 void JsonLine::key(std::string_view name) {
   if (!first_) text_ += ',';
   first_ = false;
+  ++fields_;
+  key_bytes_ += name.size();
   text_ += '"';
   for (const char c : name) {
     switch (c) {

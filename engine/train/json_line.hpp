@@ -28,12 +28,18 @@ class JsonLine {
   void add(std::string_view key, double value);  // null when not finite (JSON has no NaN)
   // Closes the object ("}" and a newline when `newline`) and returns the text, valid until the next begin().
   std::string_view end(bool newline = true);
+  // Whether the fields added since begin() kept to the room it reserved (no more fields, no more key bytes): a caller
+  // that promises a row allocates nothing checks its reservation with it.
+  bool within_room() const { return fields_ <= room_fields_ && key_bytes_ <= room_key_bytes_; }
 
  private:
   void key(std::string_view name);
 
   std::string text_;
   bool first_ = true;
+  std::size_t room_fields_ = 0, room_key_bytes_ = 0;  // begin()'s
+  std::size_t fields_ = 0, key_bytes_ = 0;            // added since
+
 };
 
 }  // namespace cleave::train

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -136,27 +137,48 @@ MetricsWriter::~MetricsWriter() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
+namespace {
+
+// The fixed fields' names, in row order (mfu only when known). write() adds them by these names and reserves the
+// row's room from their summed length, so a field added here is counted; one added to the row but not here fails
+// write()'s check of the room (a bug, caught by every test that writes a row).
+constexpr std::string_view kStep = "step", kLoss = "loss", kLr = "lr", kGradNorm = "grad_norm",
+                           kTokensPerS = "tokens_per_s", kTflopsPerRank = "tflops_per_rank", kMfu = "mfu",
+                           kStepMs = "step_ms", kPeakBytes = "peak_bytes", kNonfiniteSteps = "nonfinite_steps",
+                           kSkippedSteps = "skipped_steps";
+constexpr std::array kFixedKeys = {kStep,    kLoss,       kLr,        kGradNorm,       kTokensPerS,  kTflopsPerRank,
+                                   kMfu,     kStepMs,     kPeakBytes, kNonfiniteSteps, kSkippedSteps};
+constexpr std::size_t kFixedKeyBytes = [] {
+  std::size_t bytes = 0;
+  for (const std::string_view key : kFixedKeys) bytes += key.size();
+  return bytes;
+}();
+
+}  // namespace
+
 void MetricsWriter::write(const StepMetrics& m) {
   // Room for the row at its longest, in the kept buffer: no allocation once it has held a row of these fields
-  // (json_line.hpp). The 11 fixed fields' names take 94 bytes.
-  constexpr std::size_t kFixedFields = 11, kFixedKeyBytes = 128;
+  // (json_line.hpp).
   std::size_t key_bytes = kFixedKeyBytes;
   for (const auto& field : m.counts) key_bytes += field.first.size();
   for (const auto& field : m.extra) key_bytes += field.first.size();
-  row_.begin(kFixedFields + m.counts.size() + m.extra.size(), key_bytes);
-  row_.add("step", m.step);
-  row_.add("loss", m.loss);
-  row_.add("lr", m.lr);
-  row_.add("grad_norm", m.grad_norm);
-  row_.add("tokens_per_s", m.tokens_per_s);
-  row_.add("tflops_per_rank", m.flops_per_rank / 1e12);
-  if (std::isfinite(m.mfu)) row_.add("mfu", m.mfu);
-  row_.add("step_ms", m.step_ms);
-  row_.add("peak_bytes", m.peak_bytes);
-  row_.add("nonfinite_steps", m.nonfinite_steps);
-  row_.add("skipped_steps", m.skipped_steps);
+  row_.begin(kFixedKeys.size() + m.counts.size() + m.extra.size(), key_bytes);
+  row_.add(kStep, m.step);
+  row_.add(kLoss, m.loss);
+  row_.add(kLr, m.lr);
+  row_.add(kGradNorm, m.grad_norm);
+  row_.add(kTokensPerS, m.tokens_per_s);
+  row_.add(kTflopsPerRank, m.flops_per_rank / 1e12);
+  if (std::isfinite(m.mfu)) row_.add(kMfu, m.mfu);
+  row_.add(kStepMs, m.step_ms);
+  row_.add(kPeakBytes, m.peak_bytes);
+  row_.add(kNonfiniteSteps, m.nonfinite_steps);
+  row_.add(kSkippedSteps, m.skipped_steps);
   for (const auto& [key, value] : m.counts) row_.add(key, value);
   for (const auto& [key, value] : m.extra) row_.add(key, value);
+  CLEAVE_ASSERT(row_.within_room(), "metrics row of step {}: more fields or key bytes than its reserved room ({} "
+                "fields, {} key bytes): a field added to write() but not to kFixedKeys", m.step,
+                kFixedKeys.size() + m.counts.size() + m.extra.size(), key_bytes);
   const std::string_view line = row_.end();
   CLEAVE_CHECK(!failed_, "metrics file {}: an earlier write failed; no more rows are written", path_);
   errno = 0;
@@ -175,34 +197,72 @@ void MetricsWriter::write(const StepMetrics& m) {
                cut ? "" : " but the partial row could not be removed");
 }
 
-std::string format_rate(double per_second) {
-  if (!std::isfinite(per_second)) return "-";
-  if (per_second >= 1e6) return fmt::format("{:.2f}M", per_second / 1e6);
-  if (per_second >= 1e3) return fmt::format("{:.1f}k", per_second / 1e3);
-  return fmt::format("{:.1f}", per_second);
+namespace {
+
+// The formatting helpers' text appended to `out`: no allocation while it has room.
+void append_rate(fmt::memory_buffer& out, double per_second) {
+  if (!std::isfinite(per_second)) {
+    out.push_back('-');
+  } else if (per_second >= 1e6) {
+    fmt::format_to(fmt::appender(out), "{:.2f}M", per_second / 1e6);
+  } else if (per_second >= 1e3) {
+    fmt::format_to(fmt::appender(out), "{:.1f}k", per_second / 1e3);
+  } else {
+    fmt::format_to(fmt::appender(out), "{:.1f}", per_second);
+  }
 }
 
-std::string format_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "-";
+void append_duration(fmt::memory_buffer& out, double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) {
+    out.push_back('-');
+    return;
+  }
   const auto s = static_cast<std::int64_t>(std::llround(seconds));
-  if (s < 60) return fmt::format("{}s", s);
-  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
-  return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
+  if (s < 60) {
+    fmt::format_to(fmt::appender(out), "{}s", s);
+  } else if (s < 3600) {
+    fmt::format_to(fmt::appender(out), "{}m{:02}s", s / 60, s % 60);
+  } else {
+    fmt::format_to(fmt::appender(out), "{}h{:02}m", s / 3600, (s % 3600) / 60);
+  }
 }
 
-std::string format_flops(double f) {
-  if (!std::isfinite(f)) return "-";
-  if (f >= 1e12) return fmt::format("{:.2f} TFLOP/s", f / 1e12);
-  if (f >= 1e9) return fmt::format("{:.1f} GFLOP/s", f / 1e9);
-  return fmt::format("{:.1f} MFLOP/s", f / 1e6);
+void append_flops(fmt::memory_buffer& out, double f) {
+  if (!std::isfinite(f)) {
+    out.push_back('-');
+  } else if (f >= 1e12) {
+    fmt::format_to(fmt::appender(out), "{:.2f} TFLOP/s", f / 1e12);
+  } else if (f >= 1e9) {
+    fmt::format_to(fmt::appender(out), "{:.1f} GFLOP/s", f / 1e9);
+  } else {
+    fmt::format_to(fmt::appender(out), "{:.1f} MFLOP/s", f / 1e6);
+  }
 }
 
-std::string format_memory(std::int64_t bytes) {
+void append_memory(fmt::memory_buffer& out, std::int64_t bytes) {
   const double b = static_cast<double>(bytes);
-  if (bytes >= (std::int64_t{1} << 30)) return fmt::format("{:.2f} GiB", b / static_cast<double>(1 << 30));
-  if (bytes >= (std::int64_t{1} << 20)) return fmt::format("{:.1f} MiB", b / static_cast<double>(1 << 20));
-  return fmt::format("{:.1f} KiB", b / 1024.0);
+  if (bytes >= (std::int64_t{1} << 30)) {
+    fmt::format_to(fmt::appender(out), "{:.2f} GiB", b / static_cast<double>(1 << 30));
+  } else if (bytes >= (std::int64_t{1} << 20)) {
+    fmt::format_to(fmt::appender(out), "{:.1f} MiB", b / static_cast<double>(1 << 20));
+  } else {
+    fmt::format_to(fmt::appender(out), "{:.1f} KiB", b / 1024.0);
+  }
 }
+
+template <typename Append, typename Value>
+std::string formatted(Append append, Value value) {
+  fmt::memory_buffer out;
+  append(out, value);
+  return fmt::to_string(out);
+}
+
+}  // namespace
+
+std::string format_rate(double per_second) { return formatted(append_rate, per_second); }
+std::string format_duration(double seconds) { return formatted(append_duration, seconds); }
+std::string format_flops(double f) { return formatted(append_flops, f); }
+std::string format_memory(std::int64_t bytes) { return formatted(append_memory, bytes); }
 
 ProgressPrinter::ProgressPrinter(std::int64_t total_steps, std::int64_t log_interval, std::string unit,
                                  std::FILE* out, std::optional<bool> live)
@@ -214,26 +274,50 @@ ProgressPrinter::ProgressPrinter(std::int64_t total_steps, std::int64_t log_inte
       start_s_(std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count()) {}
 
 std::string ProgressPrinter::format_line(const StepMetrics& m) const {
-  const int width = static_cast<int>(fmt::format("{}", total_steps_).size());
-  std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.1e} | gnorm {:.3g} | {} {}/s | {}/rank", m.step,
-                                 width, total_steps_, m.loss, m.lr, m.grad_norm, format_rate(m.tokens_per_s), unit_,
-                                 format_flops(m.flops_per_rank));
-  if (std::isfinite(m.mfu)) line += fmt::format(" | MFU {:.3g}%", 100.0 * m.mfu);
-  line += fmt::format(" | {:.1f} ms/step | peak {}", m.step_ms, format_memory(m.peak_bytes));
-  if (m.nonfinite_steps > 0) line += fmt::format(" | non-finite {} (skipped {})", m.nonfinite_steps, m.skipped_steps);
-  line += router_progress(m.extra);  // mixture-of-experts models
-  return line;
+  fmt::memory_buffer out;
+  append_line(out, m);
+  return fmt::to_string(out);
 }
 
 std::string ProgressPrinter::format_live_line(const StepMetrics& m, std::int64_t steps_done, double elapsed_s) const {
+  fmt::memory_buffer out;
+  append_live_line(out, m, steps_done, elapsed_s);
+  return fmt::to_string(out);
+}
+
+void ProgressPrinter::append_line(fmt::memory_buffer& out, const StepMetrics& m) const {
+  const auto width = static_cast<int>(fmt::formatted_size("{}", total_steps_));
+  fmt::format_to(fmt::appender(out), "step {:>{}}/{} | loss {:.4f} | lr {:.1e} | gnorm {:.3g} | ", m.step, width,
+                 total_steps_, m.loss, m.lr, m.grad_norm);
+  append_rate(out, m.tokens_per_s);
+  fmt::format_to(fmt::appender(out), " {}/s | ", unit_);
+  append_flops(out, m.flops_per_rank);
+  fmt::format_to(fmt::appender(out), "/rank");
+  if (std::isfinite(m.mfu)) fmt::format_to(fmt::appender(out), " | MFU {:.3g}%", 100.0 * m.mfu);
+  fmt::format_to(fmt::appender(out), " | {:.1f} ms/step | peak ", m.step_ms);
+  append_memory(out, m.peak_bytes);
+  if (m.nonfinite_steps > 0) {
+    fmt::format_to(fmt::appender(out), " | non-finite {} (skipped {})", m.nonfinite_steps, m.skipped_steps);
+  }
+  append_router_progress(out, m.extra);  // mixture-of-experts models
+}
+
+void ProgressPrinter::append_live_line(fmt::memory_buffer& out, const StepMetrics& m, std::int64_t steps_done,
+                                       double elapsed_s) const {
   constexpr int kWidth = 20;
-  const double fraction = total_steps_ > 0 ? std::clamp(static_cast<double>(m.step) / static_cast<double>(total_steps_), 0.0, 1.0) : 1.0;
+  const double fraction =
+      total_steps_ > 0 ? std::clamp(static_cast<double>(m.step) / static_cast<double>(total_steps_), 0.0, 1.0) : 1.0;
   const int filled = static_cast<int>(fraction * kWidth);
   const std::int64_t remaining = std::max<std::int64_t>(0, total_steps_ - m.step);
   const double eta = steps_done > 0 ? elapsed_s / static_cast<double>(steps_done) * static_cast<double>(remaining) : -1;
-  return fmt::format("[{}{}] {:>3}% {}/{} | loss {:.4f} | {} {}/s | ETA {}", std::string(filled, '#'),
-                     std::string(kWidth - filled, '.'), static_cast<int>(fraction * 100), m.step, total_steps_, m.loss,
-                     format_rate(m.tokens_per_s), unit_, format_duration(eta));
+  out.push_back('[');
+  std::fill_n(fmt::appender(out), filled, '#');
+  std::fill_n(fmt::appender(out), kWidth - filled, '.');
+  fmt::format_to(fmt::appender(out), "] {:>3}% {}/{} | loss {:.4f} | ", static_cast<int>(fraction * 100), m.step,
+                 total_steps_, m.loss);
+  append_rate(out, m.tokens_per_s);
+  fmt::format_to(fmt::appender(out), " {}/s | ETA ", unit_);
+  append_duration(out, eta);
 }
 
 void ProgressPrinter::interrupt() {
@@ -243,12 +327,13 @@ void ProgressPrinter::interrupt() {
   live_line_open_ = false;
 }
 
-void ProgressPrinter::emit(const std::string& line, bool keep) {
+void ProgressPrinter::emit(std::string_view line, bool keep) {
+  const int size = static_cast<int>(line.size());
   if (live_) {
-    std::fprintf(out_, "\r%s\x1b[K%s", line.c_str(), keep ? "\n" : "");
+    std::fprintf(out_, "\r%.*s\x1b[K%s", size, line.data(), keep ? "\n" : "");
     live_line_open_ = !keep;
   } else if (keep) {
-    std::fprintf(out_, "%s\n", line.c_str());
+    std::fprintf(out_, "%.*s\n", size, line.data());
   }
   std::fflush(out_);
 }
@@ -270,10 +355,17 @@ void ProgressPrinter::update(const StepMetrics& m) {
   counts_ = {m.nonfinite_steps, m.skipped_steps};
   peak_bytes_ = std::max(peak_bytes_, m.peak_bytes);
   const bool keep = m.step == 1 || m.step % log_interval_ == 0 || m.step == total_steps_ || new_nonfinite;
-  if (keep) emit(format_line(m), true);
+  // Into the kept buffer: a steady-state step's line allocates nothing (docs/ops.md).
+  if (keep) {
+    line_.clear();
+    append_line(line_, m);
+    emit(std::string_view(line_.data(), line_.size()), true);
+  }
   if (live_ && m.step < total_steps_) {
     const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-    emit(format_live_line(m, steps_seen_, now - start_s_), false);
+    line_.clear();
+    append_live_line(line_, m, steps_seen_, now - start_s_);
+    emit(std::string_view(line_.data(), line_.size()), false);
   }
 }
 

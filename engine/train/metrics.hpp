@@ -15,6 +15,8 @@
 //    (one line; MFU only with a peak, "| non-finite N (skipped M)" appended once a step was not finite) and the
 //    live line like
 //      [#########...........]  24% 120/500 | loss 2.3412 | 12.3k tok/s | ETA 1m02s
+//    Both are formatted into a buffer the printer keeps (its inline room holds them), so printing a steady-state
+//    step's line allocates nothing.
 // Only rank 0 should create these (the caller decides); nothing here knows about ranks.
 #pragma once
 
@@ -26,6 +28,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "engine/config/config.hpp"
 #include "engine/train/json_line.hpp"
@@ -132,7 +136,11 @@ class ProgressPrinter {
   std::string format_live_line(const StepMetrics& metrics, std::int64_t steps_done, double elapsed_s) const;
 
  private:
-  void emit(const std::string& line, bool keep);
+  // format_line's and format_live_line's text, appended to `out` (no allocation while `out` has room).
+  void append_line(fmt::memory_buffer& out, const StepMetrics& metrics) const;
+  void append_live_line(fmt::memory_buffer& out, const StepMetrics& metrics, std::int64_t steps_done,
+                        double elapsed_s) const;
+  void emit(std::string_view line, bool keep);
 
   std::int64_t total_steps_;
   std::int64_t log_interval_;
@@ -154,6 +162,7 @@ class ProgressPrinter {
   double min_loss_ = 0.0;
   std::int64_t peak_bytes_ = 0;
   double start_s_ = 0.0;  // steady clock when the printer was made (the run's start)
+  fmt::memory_buffer line_;  // the line update() prints, kept from step to step (cleared, its room kept)
 };
 
 // Formatting helpers shared with the CLI: "12.3k", "1.25M"; "123.4 MiB"; "42s", "1m02s", "2h05m".

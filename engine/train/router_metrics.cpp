@@ -219,13 +219,11 @@ std::span<const std::pair<std::string, double>> RouterMetrics::finish(comm::Comm
   return fields_;
 }
 
-std::string router_progress(const std::vector<std::pair<std::string, double>>& fields) {
-  std::string out;
+void append_router_progress(fmt::memory_buffer& out, const std::vector<std::pair<std::string, double>>& fields) {
   for (const auto& [key, value] : fields) {
-    if (key == "moe_aux_loss") out += fmt::format(" | aux {:.4f}", value);
-    if (key == "moe_load_imbalance") out += fmt::format(" | imbalance {:.2f}", value);
+    if (key == "moe_aux_loss") fmt::format_to(fmt::appender(out), " | aux {:.4f}", value);
+    if (key == "moe_load_imbalance") fmt::format_to(fmt::appender(out), " | imbalance {:.2f}", value);
   }
-  return out;
 }
 
 }  // namespace cleave::train

@@ -24,6 +24,8 @@
 // every rank of a tp group routes the same tokens.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <array>
 #include <cstdint>
 #include <span>
@@ -80,7 +82,8 @@ struct AllToAllSplit {
 };
 AllToAllSplit split_all_to_alls(const std::vector<layers::AllToAllCall>& calls, const std::vector<double>& shortest);
 
-// " | aux 0.0123 | imbalance 1.31" for the progress line (empty without the fields).
-std::string router_progress(const std::vector<std::pair<std::string, double>>& fields);
+// " | aux 0.0123 | imbalance 1.31" for the progress line, appended to `out` (nothing without the fields); allocates
+// nothing while `out` has room.
+void append_router_progress(fmt::memory_buffer& out, const std::vector<std::pair<std::string, double>>& fields);
 
 }  // namespace cleave::train

@@ -33,15 +33,17 @@
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cpu/vec_math.hpp"
 #include "kernels/cpu/wide_vectors.hpp"
+#include "kernels/moe_dot_lanes.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
 
-// The weight gradient's partial sums: one per lane of the build's native vector (vec_math.hpp's kLanes: 4 on
-// baseline x86-64, 8 with AVX), the order the kernel always had and the CUDA twin reproduces (kernels/cuda/
-// moe_dot_order.hpp, passed kLanes by kernels/ops/cuda/moe_dot_lanes.hpp).
-using Partials = detail::f32xN;
-using detail::kLanes;
+// The weight gradient's partial sums: kMoeDotLanes of them (kernels/moe_dot_lanes.hpp, a constant: not this
+// file's vector width, so no compile flag changes the order), the order the CUDA twin reproduces
+// (kernels/cuda/moe_dot_order.hpp, at the same constant).
+constexpr int64_t kLanes = kMoeDotLanes;
+using Partials = float __attribute__((vector_size(kLanes * sizeof(float))));
+static_assert(sizeof(Partials) == kMoeDotLanes * sizeof(float), "the partials' vector is kMoeDotLanes floats");
 
 // kLanes values of a row as Partials (bf16 widened exactly): the weight gradient's columns past the last whole F.
 [[gnu::always_inline]] inline Partials load_partials(const float* p) { return detail::load<Partials>(p); }

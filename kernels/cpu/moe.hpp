@@ -10,8 +10,8 @@
 //   combine  acc = 0, then acc += w_j · src_j for j = 0..k-1 in order (w_j = 1 without weights);
 //   dweight  the products dy[c] · src[c] summed into L partial sums (column c into sum c mod L, in column order)
 //            over the columns of whole groups of L, the L sums added in order to 0, then the last d mod L products;
-//            L is the build's native vector width in floats (vec_math.hpp's kLanes: 4 on baseline x86-64, 8 with
-//            AVX), whatever path runs, as the CUDA twin reproduces (kernels/cuda/moe_dot_order.hpp).
+//            L is kMoeDotLanes (kernels/moe_dot_lanes.hpp: 4, a constant, whatever flags the file is compiled with),
+//            whatever path runs, as the CUDA twin reproduces (kernels/cuda/moe_dot_order.hpp, at the same constant).
 //
 // Invariant: every output element is written by one thread from that fixed order of terms, so results depend
 // neither on the thread count nor on the vector path (MoeKernels.EveryIsaPathGivesTheBitsOfTheScalarOrder); expert

@@ -20,14 +20,10 @@ void moe_combine(ConstFloats src, const std::int32_t* rows, const float* weight,
 }
 
 void moe_combine_weight_grad(ConstFloats dy, ConstFloats src, const std::int32_t* rows, float* dweight,
-                             int64_t tokens, int64_t k, int64_t d, int dot_lanes, cudaStream_t stream) {
+                             int64_t tokens, int64_t k, int64_t d, cudaStream_t stream) {
   CLEAVE_ASSERT(tokens >= 0 && k >= 0 && d >= 0, "cuda moe_combine_weight_grad: negative size {} x {} x {}", tokens,
                 k, d);
-  CLEAVE_ASSERT(moe_dot_lanes_supported(dot_lanes),
-                "cuda moe_combine_weight_grad: the CPU twin's vector width {} (floats) has no kernel (4 or 8)",
-                dot_lanes);
-  CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_moe_combine_weight_grad(dy, src, rows, dweight, tokens, k, d, dot_lanes,
-                                                                  stream),
+  CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_moe_combine_weight_grad(dy, src, rows, dweight, tokens, k, d, stream),
                            "moe_combine_weight_grad_kernel");
 }
 

@@ -38,17 +38,17 @@ __global__ void moe_combine_kernel(ConstFloats src, const std::int32_t* rows, co
 }
 
 // dweight[i] = sum over c of dy[i / k, c] * src[rows[i], c], each product rounded (__fmul_rn) and the products
-// added in the CPU twin's order (moe_dot_order.hpp: kLanes partial sums over the whole vectors' columns, then the
+// added in the CPU twin's order (moe_dot_order.hpp's MoeKernelDotOrder: kMoeDotLanes partial sums over the whole
+// vectors' columns, then the
 // tail; __fadd_rn, no FMA), so the result is the CPU's bits. Coalesced: a warp owns 32 consecutive outputs; for
 // each 32-column chunk it reads each of their two rows with one coalesced load per lane, writes the products into
 // a [32 x 33] tile (row r: output r's 32 products), and then lane r adds row r of the tile (the padding column
 // keeps both the writes and the reads free of bank conflicts).
-template <int kLanes>
 __global__ void moe_combine_weight_grad_kernel(ConstFloats dy, ConstFloats src, const std::int32_t* rows,
                                                float* dweight, int64_t tokens, int64_t k, int64_t d) {
   constexpr int kOutputs = launch::kMoeOutputsPerWarp;
   constexpr int kColumns = launch::kMoeColumnsPerTile;
-  static_assert(kColumns % kLanes == 0, "a chunk starts at a whole vector of the CPU twin");
+  static_assert(kColumns % kMoeDotLanes == 0, "a chunk starts at a whole vector of the CPU twin");
   constexpr int kWarpsPerBlock = kThreads / kWarp;
   __shared__ float tiles[kWarpsPerBlock][kOutputs][kColumns + 1];
   float(*tile)[kColumns + 1] = tiles[threadIdx.x / kWarp];
@@ -61,7 +61,7 @@ __global__ void moe_combine_weight_grad_kernel(ConstFloats dy, ConstFloats src, 
     const int64_t mine = first + lane;  // the output this lane adds up
     const int64_t outputs = n - first < kOutputs ? n - first : kOutputs;
     const std::int32_t my_row = mine < n ? rows[mine] : 0;
-    MoeDotOrder<kLanes> dot;
+    MoeKernelDotOrder dot;
     float acc = 0.0f;  // d == 0: no chunk, the CPU's empty dot
     for (int64_t c0 = 0; c0 < d; c0 += kColumns) {
       const int64_t c = c0 + lane;
@@ -98,17 +98,11 @@ cudaError_t launch_moe_combine(ConstFloats src, const std::int32_t* rows, const 
 }
 
 cudaError_t launch_moe_combine_weight_grad(ConstFloats dy, ConstFloats src, const std::int32_t* rows, float* dweight,
-                                           int64_t tokens, int64_t k, int64_t d, int dot_lanes,
-                                           cudaStream_t stream) {
+                                           int64_t tokens, int64_t k, int64_t d, cudaStream_t stream) {
   if (tokens * k == 0) return cudaSuccess;
   const LaunchConfig config = launch::moe_weight_grad_tiles(tokens * k);
-  if (dot_lanes == 8) {
-    moe_combine_weight_grad_kernel<8><<<to_grid(config), to_block(config), 0, stream>>>(dy, src, rows, dweight,
-                                                                                       tokens, k, d);
-  } else {
-    moe_combine_weight_grad_kernel<4><<<to_grid(config), to_block(config), 0, stream>>>(dy, src, rows, dweight,
-                                                                                       tokens, k, d);
-  }
+  moe_combine_weight_grad_kernel<<<to_grid(config), to_block(config), 0, stream>>>(dy, src, rows, dweight, tokens, k,
+                                                                                   d);
   return cudaGetLastError();
 }
 

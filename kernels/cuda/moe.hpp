@@ -23,9 +23,9 @@ void moe_gather(ConstFloats x, const std::int32_t* index, const float* scale, Fl
 // weight may be null (1).
 void moe_combine(ConstFloats src, const std::int32_t* rows, const float* weight, Floats out, int64_t tokens,
                  int64_t k, int64_t d, cudaStream_t stream);
-// dot_lanes: the CPU twin's vector width in floats, which fixes its order of summation (moe_dot_order.hpp; 4 or 8).
+// Each dot in the CPU twin's order of summation: kMoeDotLanes partial sums (moe_dot_order.hpp).
 void moe_combine_weight_grad(ConstFloats dy, ConstFloats src, const std::int32_t* rows, float* dweight,
-                             int64_t tokens, int64_t k, int64_t d, int dot_lanes, cudaStream_t stream);
+                             int64_t tokens, int64_t k, int64_t d, cudaStream_t stream);
 
 namespace detail {
 cudaError_t launch_moe_gather(ConstFloats x, const std::int32_t* index, const float* scale, Floats out, int64_t rows,
@@ -33,8 +33,7 @@ cudaError_t launch_moe_gather(ConstFloats x, const std::int32_t* index, const fl
 cudaError_t launch_moe_combine(ConstFloats src, const std::int32_t* rows, const float* weight, Floats out,
                                int64_t tokens, int64_t k, int64_t d, cudaStream_t stream);
 cudaError_t launch_moe_combine_weight_grad(ConstFloats dy, ConstFloats src, const std::int32_t* rows, float* dweight,
-                                           int64_t tokens, int64_t k, int64_t d, int dot_lanes,
-                                           cudaStream_t stream);
+                                           int64_t tokens, int64_t k, int64_t d, cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace cleave::kernels::cuda

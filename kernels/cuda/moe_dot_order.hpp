@@ -4,10 +4,11 @@
 //
 // The contract is the CPU twin's `dot_group` (kernels/cpu/moe_paths.hpp, moe.hpp's order): kLanes partial sums, partial l taking the products of
 // columns c = l (mod kLanes) below the last whole vector (d / kLanes * kLanes) in column order, each from 0; the
-// partials added in lane order onto 0; then the tail columns one by one. kLanes is the CPU build's native vector
-// width in floats (kernels/cpu/vec_math.hpp: 4 on baseline x86-64 and NEON, 8 with AVX), so the caller passes it
-// (moe_dot_lanes in kernels/ops/cuda/cuda_moe.cpp). Every product is rounded before it is added, every add rounds
-// (no FMA: the products come in already rounded, and the device adds are __fadd_rn).
+// partials added in lane order onto 0; then the tail columns one by one. The kernel's kLanes is the CPU kernel's,
+// kMoeDotLanes (kernels/moe_dot_lanes.hpp: one constant both sides take, not derived from either side's compile
+// flags): MoeKernelDotOrder. Every product is rounded before it is added, every add rounds (no FMA: the products come
+// in already rounded, and the device adds are __fadd_rn). The order is written for any lane count of 4 or 8, so a
+// test can show it is that many lanes' order.
 //
 // Use: the columns arrive in chunks [c0, c0 + columns) with c0 a multiple of kLanes (the kernel's 32-column tiles),
 // add_chunk for each in order, then finish with the last chunk (its tail products).
@@ -16,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/floats.hpp"  // CLEAVE_HOST_DEVICE
+#include "kernels/moe_dot_lanes.hpp"
 
 // Unrolled on the device, so the partials stay in registers (a run-time index would put them in local memory); the
 // host compiler (nvcc's host pass, the CPU test) would warn about an unknown pragma.
@@ -35,12 +37,9 @@ CLEAVE_HOST_DEVICE inline float moe_add_rn(float a, float b) {
 #endif
 }
 
-// The lane counts the kernel is compiled for (kernels/cpu/vec_math.hpp's kLanes values).
-CLEAVE_HOST_DEVICE constexpr bool moe_dot_lanes_supported(int lanes) { return lanes == 4 || lanes == 8; }
-
 template <int kLanes>
 struct MoeDotOrder {
-  static_assert(kLanes == 4 || kLanes == 8, "the CPU twin's vector widths");
+  static_assert(kLanes == 4 || kLanes == 8, "one SSE/NEON or one AVX register of floats");
   float part[kLanes];
 
   CLEAVE_HOST_DEVICE MoeDotOrder() {
@@ -72,5 +71,8 @@ CLEAVE_MOE_UNROLL
     return sum;
   }
 };
+
+// The order moe_combine_weight_grad_kernel adds in: the CPU kernel's (kernels/cpu/moe.cpp takes the same constant).
+using MoeKernelDotOrder = MoeDotOrder<kMoeDotLanes>;
 
 }  // namespace cleave::kernels::cuda

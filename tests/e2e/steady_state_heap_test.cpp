@@ -9,8 +9,9 @@
 // takes a new block); oneDNN's execute is printed, not asserted. A per-GEMM allocation, a Storage made with
 // make_shared, a string built per layer call, a stash list or an executor map node made afresh each micro-batch, a
 // trainer's vector per step fails it. The *_traced_run cases (GPT, MoE) count three steps inside a whole
-// Trainer::train with train.trace on and metrics.jsonl written, so the measured timeline's spans and the metrics row
-// are held to the same zero (a timeline list or a JSON object per step fails them). CLEAVE_HEAP_SITES=N prints the
+// Trainer::train with train.trace on, metrics.jsonl written and the progress line printed every step, so the measured
+// timeline's spans, the metrics row and the progress line are held to the same zero (a timeline list, a JSON object
+// or a formatted string per step fails them); SteadyStateHeapProgress holds the live bar (a terminal's) to it too. CLEAVE_HEAP_SITES=N prints the
 // largest sites too.
 // C allocations (malloc and kin, c_alloc_counter.cpp) are printed by owner beside them, oneDNN's own outside its
 // execute apart; the kernel layer's are asserted zero. SteadyStateHeapOps holds the op seam's oneDNN GEMMs, grouped
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "engine/core/rng.hpp"
+#include "engine/train/metrics.hpp"
 #include "heap_counter.hpp"
 #include "kernels/ops/cpu/cpu_resources.hpp"
 #include "kernels/ops/ops.hpp"
@@ -69,16 +71,17 @@ heap::Counts steady_state_allocations(const config::RunConfig& config) {
 
 // The same three steps inside the whole run (Trainer::train): with train.trace on (the measured timeline recorded
 // every step) and metrics.jsonl written, counted from the end of step 3 to the end of step 6 of a 7-step run
-// (TrainOptions::after_step), so the loop's own work per step (the metrics row, the summary's list, the checkpoint
-// and evaluation cadence) is counted with the step. No progress line falls in them (train.log_interval), no
-// checkpoint, no evaluation; the files are written to a directory of this process's own, removed after.
+// (TrainOptions::after_step), so the loop's own work per step (the metrics row, the progress line: printed every step,
+// train.log_interval=1; the summary's list, the checkpoint and evaluation cadence) is counted with the step. No
+// checkpoint, no evaluation; the files are written to a directory of this process's own, removed after. The progress
+// lines (stderr) are captured, so a run that printed none fails.
 heap::Counts steady_state_allocations_in_run(const char* model, std::vector<std::string> overrides,
                                              const std::string& name) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("cleave_heap_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   overrides.insert(overrides.end(), {"train.out_dir=" + dir.string(), "train.trace=true", "train.steps=7",
-                                     "train.log_interval=1000", "train.report=false", "checkpoint.save_final=false"});
+                                     "train.log_interval=1", "train.report=false", "checkpoint.save_final=false"});
   auto world = make_world();
   train::Trainer trainer(small_model(model, overrides), *world);
   heap::Counts counts;
@@ -90,8 +93,13 @@ heap::Counts steady_state_allocations_in_run(const char* model, std::vector<std:
     }
     if (steps_done == 6) counts = heap::stop();
   };
+  ::testing::internal::CaptureStderr();  // a file descriptor redirected: writing to it allocates nothing of ours
   const train::TrainSummary summary = trainer.train(options);
+  const std::string printed = ::testing::internal::GetCapturedStderr();
   EXPECT_TRUE(summary.completed);
+  for (const char* line : {"step 4/7 | loss", "step 5/7 | loss", "step 6/7 | loss"}) {
+    EXPECT_NE(printed.find(line), std::string::npos) << "no progress line \"" << line << "\" in:\n" << printed;
+  }
   EXPECT_TRUE(std::filesystem::exists(dir / "trace.json")) << "the run recorded no timeline";
   std::ifstream metrics(dir / "metrics.jsonl");
   const auto rows = std::count(std::istreambuf_iterator<char>(metrics), std::istreambuf_iterator<char>(), '\n');
@@ -182,6 +190,8 @@ const std::vector<heap::Owner>& owners() {
        Hold::kAlways},
       {"metrics row (train loop: the row, its JSON text)", {"MetricsWriter", "JsonLine", "fill_metrics_row"},
        Hold::kAlways},
+      {"progress line (its text, the live bar's)",
+       {"ProgressPrinter", "append_router_progress", "cleave::train::format_"}, Hold::kAlways},
       {"pipeline executor (slots, lists, outcome)", {"cleave::pipeline::"}, Hold::kAlways},
       // reduce_doubles is named by its caller: the step end's is the trainer's, the router metrics' theirs.
       {"trainer (data, step end, tail)",
@@ -231,6 +241,45 @@ TEST_P(SteadyStateHeapTraining, AllocatesNothingOfOurs) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, SteadyStateHeapTraining, ::testing::ValuesIn(training_cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// The progress printer as a terminal sees it (live: the kept line and every step's bar, a MoE run's routing tail):
+// after a warm-up step, four more steps' lines and bars allocate nothing but the probe; the file they went to holds
+// them, so a printer that printed nothing fails.
+TEST(SteadyStateHeapProgress, LinesAndLiveBarAllocateNothingOnceWarm) {
+  std::FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  train::ProgressPrinter printer(/*total_steps=*/64, /*log_interval=*/2, "tok", out, /*live=*/true);
+  train::StepMetrics m;
+  m.loss = 2.5, m.lr = 3e-4, m.grad_norm = 0.75, m.tokens_per_s = 12345.0, m.flops_per_rank = 1.5e12, m.mfu = 0.41;
+  m.step_ms = 84.1, m.peak_bytes = std::int64_t{123} << 20, m.nonfinite_steps = 1;
+  m.extra = {{"moe_tokens_e0", 4096.0}, {"moe_aux_loss", 0.0123}, {"moe_load_imbalance", 1.31}};
+  const auto step = [&](std::int64_t s) {
+    m.step = s;
+    m.loss -= 0.01;
+    m.nonfinite_steps += s == 5 ? 1 : 0;  // a new non-finite step: its line printed off the interval
+    printer.update(m);
+  };
+  step(1);
+  heap::start();
+  heap::probe();
+  for (std::int64_t s = 2; s <= 5; ++s) step(s);
+  const heap::Counts counts = heap::stop();
+  const std::vector<heap::Site> sites = heap::sites();
+  const heap::ByOwner by = heap::by_owner(sites, owners());
+  std::printf("4 progress updates made %s\n", counts.str().c_str());
+  EXPECT_EQ(counts.engine, 1) << "4 progress updates made " << counts.engine - 1 << " allocations, e.g. "
+                              << (sites.empty() ? std::string("-") : sites.front().str(4));
+  EXPECT_EQ(by.count[0], 1) << "the counter did not see the probe";
+  std::rewind(out);
+  std::string text(4096, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), out));
+  std::fclose(out);
+  for (const char* part : {"\rstep  4/64 | loss 2.4600 | lr 3.0e-04 |",
+                           "| non-finite 2 (skipped 0) | aux 0.0123 | imbalance 1.31\x1b[K\n",
+                           "\r[#...................]   7% 5/64 | loss 2.4500 | 12.3k tok/s | ETA "}) {
+    EXPECT_NE(text.find(part), std::string::npos) << "\"" << part << "\" not printed in:\n" << text;
+  }
+}
 
 Tensor filled(const Shape& shape, std::uint64_t seed) {
   Tensor t = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations, cpu_allocator());

@@ -89,8 +89,7 @@ WorkPtr StagedCommunicator::broadcast_impl(const Tensor& tensor, int root, const
     staged.keep.push_back(host);
   } else {
     // Output only: no need to block the host; the copy back waits for the stream as it is now.
-    staged.ready.emplace(staged.device);
-    staged.ready->record(order);
+    detail::record_ready(staged, *resources_, order);
     staged.copy_back.emplace_back(tensor, host);
   }
   WorkPtr inner_work = inner_->broadcast(host, root, cpu_stream());

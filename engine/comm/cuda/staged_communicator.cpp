@@ -59,6 +59,7 @@ const CommOptions& StagedCommunicator::options() const { return inner_->options(
 Communicator& StagedCommunicator::inner() const { return *inner_; }
 cuda::PinnedHostAllocator& StagedCommunicator::pinned_allocator() const { return *resources_->pinned; }
 void StagedCommunicator::count_host_waits(ops::HostWaits* waits) { host_waits_ = waits; }
+std::size_t StagedCommunicator::events_made() const { return resources_->events.made(); }
 
 void StagedCommunicator::abort(const std::string& reason) {
   inner_->abort(reason);
@@ -144,8 +145,7 @@ WorkPtr StagedCommunicator::batch_p2p_impl(std::span<const P2POp> ops, const Str
     detail::note_wait(host_waits_);
     cuda::synchronize(order);
   } else {
-    staged.ready.emplace(staged.device);
-    staged.ready->record(order);
+    detail::record_ready(staged, *resources_, order);
   }
   WorkPtr inner_work = inner_->batch_p2p(std::move(host_ops), cpu_stream());
   return std::make_unique<StagedWork>(resources_, inner_, "batch_p2p", std::move(staged), std::move(inner_work),

@@ -13,7 +13,9 @@
 //    finished. So the outputs are valid when wait() returns or test() returns true, for work on any stream.
 //  - Pinned buffers come from one PinnedHostAllocator shared with every communicator split from this one, are
 //    held by the Work until its copies have finished, then go back to the allocator's cache: a steady-state
-//    step makes no cudaHostAlloc (stats().system_allocations stops growing after the first step).
+//    step makes no cudaHostAlloc (stats().system_allocations stops growing after the first step). Likewise the
+//    ops' CUDA events come from per-device pools shared with the splits and go back when the Work finishes: a
+//    steady-state step creates no event (events_made() stops growing).
 //  - Ops reach the inner communicator in issue order, inside the call, so collectives match across ranks
 //    exactly as on the inner backend; every wait goes through the inner Work, so its watchdog still applies.
 //
@@ -28,6 +30,7 @@
 // Not thread-safe (as every Communicator): one thread drives this communicator, its splits and their Works.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -61,6 +64,9 @@ class StagedCommunicator final : public Communicator {
   Communicator& inner() const;
   // The pinned allocator (accounting, cap via set_limit, stats().system_allocations).
   cuda::PinnedHostAllocator& pinned_allocator() const;
+  // CUDA events created so far by this communicator and every communicator split from it (the copies back's and
+  // receives' ready events, pooled per device and reused: it stops growing after a warm-up step).
+  std::size_t events_made() const;
 
   // Notes every host wait on device work as ops::HostWait::kCommunication: the issue-time wait for the caller's
   // stream (every op with device inputs, and ops on host tensors posted with a CUDA stream) and each wait() that

@@ -8,6 +8,7 @@
 #include "engine/comm/cuda/staged_work.hpp"
 
 #include "engine/cuda/copy.hpp"
+#include "engine/cuda/cuda_check.hpp"
 #include "engine/cuda/device.hpp"
 #include "kernels/ops/host_waits.hpp"
 
@@ -47,8 +48,9 @@ StagedWork::~StagedWork() {
     }
   }
   // After a failure, a copy back may still be in flight: its pinned buffers must not return to the cache yet.
+  // (Its events go back to the pool with the members; the communicator is aborted after a failure.)
   if (failed_ && copied_.has_value()) {
-    cudaEventSynchronize(copied_->native());
+    cudaEventSynchronize(copied_.native());
     cudaGetLastError();
   }
 }
@@ -61,7 +63,11 @@ bool StagedWork::test() {
       inner_done_ = true;
       start_copy_back();
     }
-    if (copied_.has_value() && !copied_->query()) return false;
+    if (copied_.has_value()) {
+      const cudaError_t status = cuda::query_event(copied_.native());
+      if (status == cudaErrorNotReady) return false;
+      CLEAVE_CUDA_CHECK(status);
+    }
   } catch (...) {
     failed_ = true;
     throw;
@@ -83,7 +89,7 @@ void StagedWork::complete() {
       inner_done_ = true;
       start_copy_back();
     }
-    if (copied_.has_value()) copied_->synchronize();
+    if (copied_.has_value()) CLEAVE_CUDA_CHECK(cudaEventSynchronize(copied_.native()));
   } catch (...) {
     failed_ = true;
     throw;
@@ -95,12 +101,13 @@ void StagedWork::start_copy_back() {
   if (staged_.copy_back.empty()) return;
   cuda::DeviceGuard guard(staged_.device);
   const Stream& stream = resources_->copy_stream(staged_.device);
-  if (staged_.ready.has_value()) staged_.ready->wait(stream);
+  const cudaStream_t native = cuda::native_stream(stream);
+  if (staged_.ready.has_value()) CLEAVE_CUDA_CHECK(cudaStreamWaitEvent(native, staged_.ready.native(), 0));
   for (const auto& [device_output, pinned_result] : staged_.copy_back) {
     cuda::copy_async(device_output, pinned_result, stream);
   }
-  copied_.emplace(staged_.device);
-  copied_->record(stream);
+  copied_ = cuda::PooledEvent(resources_->events.on(staged_.device));
+  CLEAVE_CUDA_CHECK(cudaEventRecord(copied_.native(), native));
 }
 
 void StagedWork::finish() {
@@ -108,6 +115,15 @@ void StagedWork::finish() {
   inner_work_.reset();
   staged_.keep.clear();
   staged_.copy_back.clear();
+  staged_.ready.reset();  // fired: the copy stream waited for it before the copies, which have finished
+  copied_.reset();
+}
+
+void record_ready(StagedOp& staged, StagingResources& resources, const Stream& stream) {
+  CLEAVE_ASSERT(stream.device() == Device::cuda(staged.device), "a ready event of cuda:{} recorded on a {} stream",
+                staged.device, stream.device().str());
+  staged.ready = cuda::PooledEvent(resources.events.on(staged.device));
+  CLEAVE_CUDA_CHECK(cudaEventRecord(staged.ready.native(), cuda::native_stream(stream)));
 }
 
 void host_wait(const Stream& stream, ops::HostWaits* waits) {

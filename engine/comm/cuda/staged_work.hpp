@@ -6,17 +6,20 @@
 // Invariants: a Work holds its pinned buffers until its copies back have finished (the allocator's cache gets them
 // back only then, also after a failure); a Work reports completion only once the inner op has completed and its
 // copies back have finished; a Work destroyed unfinished completes as wait() would, without counting a host wait.
+// Its CUDA events (the copies back's, a receive's ready) come from the resources' per-device EventPools
+// (engine/cuda/event_pool.hpp) and go back when it finishes (both have fired: the copy stream waited for the ready
+// one before the copies), so a steady-state step creates no event.
 #pragma once
 
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
 #include "engine/cuda/caching_allocator.hpp"
+#include "engine/cuda/event_pool.hpp"
 #include "engine/cuda/stream.hpp"
 
 namespace cleave::comm::detail {
@@ -25,6 +28,7 @@ namespace cleave::comm::detail {
 struct StagingResources {
   std::shared_ptr<cuda::PinnedHostAllocator> pinned;  // declared first: outlives the streams' pending copies
   std::map<int, cuda::CudaStream> copy_streams;       // per device, created on first use
+  cuda::EventPools events;                            // per device, made on first use; outlives every Work's events
 
   const Stream& copy_stream(int device);
 };
@@ -35,8 +39,12 @@ struct StagedOp {
   int device = 0;
   std::vector<Tensor> keep;                           // pinned inputs (the inner Work keeps them too)
   std::vector<std::pair<Tensor, Tensor>> copy_back;   // (device output, pinned result)
-  std::optional<cuda::CudaEvent> ready;
+  cuda::PooledEvent ready;                            // the caller's stream at issue (record_ready), or empty
 };
+
+// Records the caller's `stream` as it is now into `staged`'s ready event, taken from `resources`' pool for
+// staged.device (the caller holds a DeviceGuard for it): the copies back wait for it instead of the host.
+void record_ready(StagedOp& staged, StagingResources& resources, const Stream& stream);
 
 class StagedWork final : public Work {
  public:
@@ -59,7 +67,7 @@ class StagedWork final : public Work {
   std::shared_ptr<Communicator> inner_;
   std::string op_;
   StagedOp staged_;
-  std::optional<cuda::CudaEvent> copied_;  // recorded after the copies back
+  cuda::PooledEvent copied_;  // recorded after the copies back
   WorkPtr inner_work_;
   ops::HostWaits* host_waits_;  // the run's counter, or null
   bool inner_done_ = false;

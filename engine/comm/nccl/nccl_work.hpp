@@ -28,12 +28,12 @@
 #include "engine/comm/mpi/mpi_communicator.hpp"
 #include "engine/comm/mpi/watchdog.hpp"
 #include "engine/comm/nccl/device_completions.hpp"
-#include "engine/comm/nccl/event_pool.hpp"
 #include "engine/comm/nccl/nccl_communicator.hpp"
 #include "engine/comm/nccl/op_details.hpp"
 #include "engine/comm/nccl/stream_scratch.hpp"
 #include "engine/comm/op_parts.hpp"
 #include "engine/comm/work_pool.hpp"
+#include "engine/cuda/event_pool.hpp"
 
 namespace cleave::comm::detail {
 
@@ -62,7 +62,7 @@ struct NcclCommState {
   bool host_completion = false;                   // every wait() blocks the host (debug mode, see the header)
   ops::HostWaits* host_waits = nullptr;           // the run's counter (count_host_waits), not owned
   std::unique_ptr<DeviceCompletions> completions;  // created by the first op completing on the device
-  EventPool events;                                // the ops' done events, reused (event_pool.hpp)
+  cuda::EventPool events;                          // the ops' done events, reused (engine/cuda/event_pool.hpp)
   WorkPool<NcclWork> works;                        // finished Works kept for the next ops (NcclWork::take)
 
   NcclCommState();

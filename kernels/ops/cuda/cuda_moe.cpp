@@ -4,7 +4,6 @@
 // (tests/gpu/ops/moe_parity_test.cpp compares each slot with the CPU backend's).
 #include "kernels/cuda/moe.hpp"
 #include "kernels/ops/cuda/cuda_slots.hpp"
-#include "kernels/ops/cuda/moe_dot_lanes.hpp"
 
 namespace cleave::ops::cuda_detail {
 namespace {
@@ -27,7 +26,7 @@ void moe_combine(const Context& ctx, const Tensor& src, const Tensor& rows, cons
 void moe_combine_weight_grad(const Context& ctx, const Tensor& dy, const Tensor& src, const Tensor& rows,
                              const Tensor& dweight) {
   kd::moe_combine_weight_grad(in(dy), in(src), rows.data<std::int32_t>(), dweight.data<float>(), rows.dim(0),
-                              rows.dim(1), src.shape().last(), moe_dot_lanes(), stream_of(ctx));
+                              rows.dim(1), src.shape().last(), stream_of(ctx));
 }
 
 }  // namespace cleave::ops::cuda_detail

@@ -13,7 +13,9 @@
 //    CPU tensors, and receives posted ahead in a batch of their own), splits (names, shared pinned allocator,
 //    subgroup results), the expert-parallel all_to_all_v after its device count exchange (blocks of 0 rows, the
 //    self pair, sends still pending on the stream);
-//  - after a warm-up step, repeated steps make no new pinned system allocation and leave no pinned bytes in use.
+//  - after a warm-up step, repeated steps make no new pinned system allocation and leave no pinned bytes in use, and
+//    create no CUDA event (8 receives posted ahead in flight at once, then all_reduce, reduce_scatter, all_gather
+//    and broadcast: the events come from per-device pools and are reused; results right every step).
 // The `StagedHost` tests need no GPU and run everywhere: CPU tensors pass through to the MPI backend untouched
 // (no pinned allocation), and the argument errors (mixed devices, wrong stream device, the MPI backend's
 // refusal of GPU tensors) name the op and both devices.
@@ -556,6 +558,63 @@ TEST_F(Staged, NoPinnedSystemAllocationAfterWarmUp) {
   EXPECT_EQ(after.system_allocations, warm.system_allocations) << "cudaHostAlloc after warm-up";
   EXPECT_GT(after.requests, warm.requests);
   EXPECT_EQ(after.current_total, 0);
+  EXPECT_EQ(wrong, 0);
+}
+
+// Pooled events (engine/cuda/event_pool.hpp, staged_work.hpp): a step of 8 receives posted ahead (each holds its
+// ready event until its Work finishes: 8 in flight at once), their sends in one batch, then the collectives, makes
+// at least 8 events; three more such steps make none, and every step's results are right (outputs poisoned first).
+TEST_F(Staged, StepsAfterTheWarmUpCreateNoEvent) {
+  const int right = (r() + 1) % n();
+  const int left = (r() + n() - 1) % n();
+  constexpr int kInFlight = 8;
+  std::int64_t wrong = 0;
+  auto step = [&](int salt) {
+    std::vector<Tensor> got, mine;
+    std::vector<comm::WorkPtr> recvs;
+    for (int i = 0; i < kInFlight; ++i) {
+      got.push_back(device({1001}, DType::kI32));
+      poison(got.back());
+      recvs.push_back(plain_->batch_p2p({P2POp::recv(got.back(), left, i)}, stream()));
+    }
+    std::vector<P2POp> sends;
+    for (int i = 0; i < kInFlight; ++i) {
+      mine.push_back(upload_pending(host_values(seed_, 1001, DType::kI32, r(), salt + i)));
+      sends.push_back(P2POp::send(mine.back(), right, i));
+    }
+    plain_->batch_p2p(sends, stream())->wait();
+    for (comm::WorkPtr& w : recvs) w->wait();
+    recvs.clear();
+    for (int i = 0; i < kInFlight; ++i) {
+      wrong += byte_mismatches(download(got[static_cast<std::size_t>(i)]),
+                               host_values(seed_, 1001, DType::kI32, left, salt + i));
+    }
+    Tensor a = upload_pending(host_values(seed_, 4099, DType::kF32, r(), salt + 20));
+    plain_->all_reduce(a, ReduceOp::kSum, stream())->wait();
+    const Tensor sum = download(a);
+    for (std::int64_t i = 0; i < 4099; ++i) {
+      double expected = 0;
+      for (int q = 0; q < n(); ++q) expected += int_value(seed_, q, i, salt + 20);
+      wrong += get_value(sum, i) != expected;
+    }
+    Tensor in = upload(host_values(seed_, 1031 * n(), DType::kBF16, r(), salt + 21));
+    Tensor out = device({1031}, DType::kBF16);
+    poison(out);
+    plain_->reduce_scatter(in, out, ReduceOp::kSum, stream())->wait();
+    Tensor gathered = device({1031 * n()}, DType::kBF16);
+    poison(gathered);
+    plain_->all_gather(out, gathered, stream())->wait();
+    Tensor b = upload(host_values(seed_, 777, DType::kI32, r(), salt + 22));
+    plain_->broadcast(b, n() - 1, stream())->wait();
+    wrong += byte_mismatches(download(b), host_values(seed_, 777, DType::kI32, n() - 1, salt + 22));
+  };
+  step(900);
+  const std::size_t warm = plain_->events_made();
+  EXPECT_GE(warm, static_cast<std::size_t>(kInFlight)) << "8 receives in flight hold 8 ready events";
+  for (int s = 1; s <= 3; ++s) {
+    step(900 + 40 * s);
+    EXPECT_EQ(plain_->events_made(), warm) << "step " << s << " created a CUDA event";
+  }
   EXPECT_EQ(wrong, 0);
 }
 

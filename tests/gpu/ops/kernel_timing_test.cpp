@@ -38,7 +38,6 @@
 #include "kernels/cuda/sum_squares_exact.hpp"
 #include "kernels/cuda/sum_squares_many.hpp"
 #include "kernels/exact_square_sum.hpp"
-#include "kernels/ops/cuda/moe_dot_lanes.hpp"
 #include "tests/gpu/ops/parity_util.hpp"
 
 namespace cleave::testing {
@@ -349,7 +348,7 @@ TEST_F(KernelTiming, DISABLED_MoeCombineWeightGrad) {
     Tensor dw = device_empty(Shape{c.tokens, c.k}, DType::kF32);
     const auto launch = [&] {
       kd::moe_combine_weight_grad(in(dy), in(src), rows.data<std::int32_t>(), dw.data<float>(), c.tokens, c.k, c.d,
-                                  ops::cuda_detail::moe_dot_lanes(), native());
+                                  native());
     };
     // Correct first: the CPU backend's bits.
     launch();

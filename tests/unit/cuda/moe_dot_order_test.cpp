@@ -1,22 +1,23 @@
 // kernels/cuda/moe_dot_order.hpp on the CPU: the CUDA routing weights' gradient (moe_combine_weight_grad_kernel,
 // kernels/cuda/moe.cu) adds each output's products in MoeDotOrder's order, chunk by 32-column chunk as its warp
 // tiles hold them. Emulated here chunk for chunk, it must give the CPU twin's bits (kernels/cpu/moe.cpp, whose
-// dot sums in vector lanes) at the CPU build's lane count (ops::cuda_detail::moe_dot_lanes, what the CUDA slot
-// passes) on widths below one vector, with every tail length, one chunk, chunks with a partial last one; and
-// MoeDotOrder<8> must be an AVX build's lane order. The plain column-order sum the kernel used before is not the
-// CPU's bits (checked, so this test would have caught it).
+// dot sums in kMoeDotLanes partials) through MoeKernelDotOrder, the order the kernel is instantiated with, on widths
+// below one vector, with every tail length, one chunk, chunks with a partial last one; MoeDotOrder<4> and <8> must be
+// that many lanes' order. Both sides take kMoeDotLanes (kernels/moe_dot_lanes.hpp), tied at compile time below. The
+// plain column-order sum the kernel used before is not the CPU's bits (checked, so this test would have caught it).
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/moe.hpp"
 #include "kernels/cuda/launch_config.hpp"
 #include "kernels/cuda/moe_dot_order.hpp"
-#include "kernels/ops/cuda/moe_dot_lanes.hpp"
+#include "kernels/moe_dot_lanes.hpp"
 
 namespace cleave::testing {
 namespace {
@@ -24,6 +25,11 @@ namespace {
 namespace kc = kernels::cuda;
 
 constexpr int kColumns = kc::launch::kMoeColumnsPerTile;
+
+// The one definition: the kernel's order is MoeDotOrder at kMoeDotLanes, the CPU kernel's partials (moe.cpp asserts
+// its vector is kMoeDotLanes floats), and a chunk of the tile starts at a whole vector.
+static_assert(std::is_same_v<kc::MoeKernelDotOrder, kc::MoeDotOrder<kernels::kMoeDotLanes>>);
+static_assert(kColumns % kernels::kMoeDotLanes == 0);
 
 std::uint32_t bits(float x) {
   std::uint32_t u;
@@ -80,8 +86,6 @@ std::vector<float> values(std::int64_t n, std::mt19937& rng) {
 const std::int64_t kWidths[] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 31, 32, 33, 63, 64, 65, 70, 300, 767, 768, 1025, 4099};
 
 TEST(CudaMoeDotOrder, KernelOrderIsTheCpuTwinsBits) {
-  const int lanes = ops::cuda_detail::moe_dot_lanes();
-  ASSERT_TRUE(kc::moe_dot_lanes_supported(lanes)) << "the CPU build's vector width " << lanes << " has no kernel";
   std::mt19937 rng(20261130);
   const std::int64_t tokens = 13, k = 3, rows = tokens * k;
   for (std::int64_t d : kWidths) {
@@ -94,7 +98,7 @@ TEST(CudaMoeDotOrder, KernelOrderIsTheCpuTwinsBits) {
     kernels::cpu::moe_combine_weight_grad(dy.data(), src.data(), where.data(), cpu.data(), tokens, k, rows, d);
     for (std::int64_t i = 0; i < rows; ++i) {
       const float* row = src.data() + where[static_cast<std::size_t>(i)] * d;
-      const float got = kernel_dot(lanes, dy.data() + (i / k) * d, row, d);
+      const float got = kernel_dot<kernels::kMoeDotLanes>(dy.data() + (i / k) * d, row, d);
       ASSERT_EQ(bits(got), bits(cpu[static_cast<std::size_t>(i)]))
           << "d " << d << " output " << i << ": kernel order " << got << ", cpu " << cpu[static_cast<std::size_t>(i)];
     }
@@ -119,7 +123,7 @@ TEST(CudaMoeDotOrder, EachLaneCountIsThatVectorWidthsOrder) {
 // most outputs differ in their last bits. A kernel that regressed to it fails the GPU's MoeParity.
 TEST(CudaMoeDotOrder, ColumnOrderIsNotTheCpusBits) {
   std::mt19937 rng(11);
-  const int lanes = ops::cuda_detail::moe_dot_lanes();
+  const int lanes = kernels::kMoeDotLanes;
   int differ = 0;
   for (int trial = 0; trial < 64; ++trial) {
     const std::vector<float> a = values(768, rng), b = values(768, rng);

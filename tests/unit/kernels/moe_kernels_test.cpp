@@ -19,6 +19,7 @@
 
 #include "engine/core/dtype.hpp"
 #include "kernels/cpu/vec_math.hpp"
+#include "kernels/moe_dot_lanes.hpp"
 #include "unit/kernels/kernel_test_util.hpp"
 #include "support/isa_paths.hpp"
 
@@ -117,7 +118,7 @@ float as_float(T v) {
 
 // moe.hpp's order, one element at a time in f32 (no contraction into FMA: the kernels never contract).
 __attribute__((optimize("fp-contract=off"))) float scalar_dot(const float* a, const float* b, std::int64_t d) {
-  constexpr std::int64_t lanes = detail::kLanes;  // the build's native vector width: moe.hpp's partial sums
+  constexpr std::int64_t lanes = kMoeDotLanes;  // moe.hpp's partial sums (kernels/moe_dot_lanes.hpp)
   float part[lanes] = {};
   std::int64_t c = 0;
   for (; c + lanes <= d; c += lanes)

@@ -53,5 +53,26 @@ TEST(JsonLine, WritesWhatNlohmannDumpWrote) {
   EXPECT_EQ(std::string(line.end(false)), nlohmann::ordered_json::object().dump());  // {}
 }
 
+// within_room(): the row's fields and key bytes against begin()'s (the metrics row's check of its reservation).
+TEST(JsonLine, SaysWhetherARowKeptToItsRoom) {
+  train::JsonLine line;
+  line.begin(2, 8);
+  line.add("step", std::int64_t{1});
+  line.add("loss", 0.5);
+  EXPECT_TRUE(line.within_room()) << "2 fields of 8 key bytes in room for 2 and 8";
+  line.begin(2, 8);
+  line.add("step", std::int64_t{1});
+  line.add("losses", 0.5);
+  EXPECT_FALSE(line.within_room()) << "10 key bytes in room for 8";
+  line.begin(1, 100);
+  line.add("a", 1.0);
+  EXPECT_TRUE(line.within_room());
+  line.add("b", 2.0);
+  EXPECT_FALSE(line.within_room()) << "2 fields in room for 1";
+  EXPECT_EQ(std::string(line.end(false)), R"({"a":1.0,"b":2.0})");  // room is not a limit
+  line.begin(0, 0);
+  EXPECT_TRUE(line.within_room());
+}
+
 }  // namespace
 }  // namespace cleave::testing

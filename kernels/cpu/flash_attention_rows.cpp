@@ -60,16 +60,14 @@ template <class F>
 [[gnu::target("avx2")]] inline __m256i first_lanes8(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
-[[gnu::target("avx2")]] inline detail::f32x8 load_first(const float* p, int64_t n,
-                                                                          detail::f32x8 fill) {
+[[gnu::target("avx2")]] inline detail::f32x8 load_first(const float* p, int64_t n, detail::f32x8 fill) {
   const __m256i m = first_lanes8(n);
   return (detail::f32x8)_mm256_blendv_ps((__m256)fill, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
 }
 [[gnu::target("avx2")]] inline void store_first(float* p, detail::f32x8 v, int64_t n) {
   _mm256_maskstore_ps(p, first_lanes8(n), (__m256)v);
 }
-[[gnu::target("avx512f")]] inline detail::f32x16 load_first(const float* p, int64_t n,
-                                                                              detail::f32x16 fill) {
+[[gnu::target("avx512f")]] inline detail::f32x16 load_first(const float* p, int64_t n, detail::f32x16 fill) {
   return (detail::f32x16)_mm512_mask_loadu_ps((__m512)fill, static_cast<__mmask16>((1u << n) - 1u), p);
 }
 [[gnu::target("avx512f")]] inline void store_first(float* p, detail::f32x16 v, int64_t n) {

@@ -11,6 +11,10 @@
 #include <cstring>
 #include <limits>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "kernels/cpu/vec_math.hpp"
 #include "kernels/cpu/wide_vectors.hpp"
 
@@ -34,8 +38,63 @@ constexpr int64_t kWidth = static_cast<int64_t>(sizeof(F) / sizeof(float));
   return t;
 }
 
+// The first n values at p (0 < n <= the width) as a vector whose other lanes are fill, and the first n lanes of v
+// stored at p, nothing past them read or written. Baseline through a lane array; AVX2 and AVX-512 (the overloads
+// below) as masked loads and stores, where the array's scalar stores and vector load stalled the store forward and a
+// variable-length copy was a libc call: every row of a causal block has such a tail (a third of the softmax's time at
+// T 64 went to them). Moves only: the values are the same on every path.
+template <class F>
+[[gnu::always_inline]] inline F load_first(const float* p, int64_t n, F fill) {
+  float lane[kWidth<F>];
+  store(lane, fill);
+  for (int64_t j = 0; j < n; ++j) lane[j] = p[j];
+  return load<F>(lane);
+}
+template <class F>
+[[gnu::always_inline]] inline void store_first(float* p, F v, int64_t n) {
+  float lane[kWidth<F>];
+  store(lane, v);
+  for (int64_t j = 0; j < n; ++j) p[j] = lane[j];
+}
+#if defined(__x86_64__)
+[[gnu::target("avx2")]] inline __m256i first_lanes8(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+[[gnu::target("avx2")]] inline detail::f32x8 load_first(const float* p, int64_t n, detail::f32x8 fill) {
+  const __m256i m = first_lanes8(n);
+  return (detail::f32x8)_mm256_blendv_ps((__m256)fill, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+}
+[[gnu::target("avx2")]] inline void store_first(float* p, detail::f32x8 v, int64_t n) {
+  _mm256_maskstore_ps(p, first_lanes8(n), (__m256)v);
+}
+[[gnu::target("avx512f")]] inline detail::f32x16 load_first(const float* p, int64_t n, detail::f32x16 fill) {
+  return (detail::f32x16)_mm512_mask_loadu_ps((__m512)fill, static_cast<__mmask16>((1u << n) - 1u), p);
+}
+[[gnu::target("avx512f")]] inline void store_first(float* p, detail::f32x16 v, int64_t n) {
+  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1u), (__m512)v);
+}
+#endif
+
+// p[0, n) = +0 in whole and masked vector stores (a fill of a row's masked keys was a libc call per row).
+template <class F>
+[[gnu::always_inline]] inline void zero_fill(float* p, int64_t n) {
+  constexpr int64_t L = kWidth<F>;
+  int64_t i = 0;
+  for (; i + L <= n; i += L) store(p + i, F{});
+  if (i < n) store_first(p + i, F{}, n - i);
+}
+
+// {0, 1, ..., width - 1}.
+template <class F>
+[[gnu::always_inline]] inline F lane_index() {
+  F v{};
+  for (int64_t j = 0; j < kWidth<F>; ++j) v[j] = static_cast<float>(j);
+  return v;
+}
+
 // y = exp(x - shift) over n values; with sum, returns their sum (16 lanes, element i into lane i mod 16). The last
-// n mod 16 values go through a padded copy, so every path runs whole vectors.
+// n mod 16 values run as vectors whose lanes past n are exp(0) and are neither stored nor summed (load_first), so
+// every path runs whole vectors.
 template <class F, bool kSum>
 [[gnu::always_inline]] inline float exp_store(const float* x, float shift, float* y, int64_t n) {
   constexpr int64_t L = kWidth<F>, K = kSumLanes / L;
@@ -50,18 +109,16 @@ template <class F, bool kSum>
       if constexpr (kSum) acc[k] += e;
     }
   }
+  for (int64_t k = 0; k < K && i + k * L < n; ++k) {  // the tail: lanes [0, m) of vector k
+    const int64_t m = std::min(L, n - i - k * L);
+    const F e = detail::exp_vec(load_first(x + i + k * L, m, sh) - sh);
+    store_first(y + i + k * L, e, m);
+    if constexpr (kSum) acc[k] = lane_index<F>() < broadcast<F>(static_cast<float>(m)) ? acc[k] + e : acc[k];
+  }
+  if constexpr (!kSum) return 0.0f;
   float lane[kSumLanes];
   std::memcpy(lane, acc, sizeof lane);
-  const int64_t rest = n - i;
-  if (rest > 0) {
-    float in[kSumLanes], ex[kSumLanes];
-    std::memcpy(in, x + i, rest * sizeof(float));
-    std::fill(in + rest, in + kSumLanes, shift);
-    for (int64_t k = 0; k < K; ++k) store(ex + k * L, detail::exp_vec(load<F>(in + k * L) - sh));
-    std::memcpy(y + i, ex, rest * sizeof(float));
-    for (int64_t j = 0; j < rest; ++j) lane[j] += ex[j];
-  }
-  return kSum ? lane_total(lane) : 0.0f;
+  return lane_total(lane);
 }
 
 // max of x[0..n), n >= 1 (exact: the order does not matter).
@@ -106,15 +163,15 @@ template <class F>
     const int64_t a = std::clamp<int64_t>(key_lo(s, pi) - blk.kb, 0, blk.cols);
     const int64_t e = std::clamp<int64_t>(key_hi(s, pi) - blk.kb, 0, blk.cols);
     if (a >= e) {
-      std::fill(srow, srow + blk.cols, 0.0f);
+      zero_fill<F>(srow, blk.cols);
       continue;
     }
     float m_new = std::max(m[r], max_of<F>(srow + a, e - a));
     if (ln2_shift) m_new = to_ln2_multiple(m_new);
     const float alpha = m[r] == kNegInf ? 0.0f : detail::exp_vec(broadcast<F>(m[r] - m_new))[0];
     const float sum = exp_store<F, true>(srow + a, m_new, srow + a, e - a);
-    std::fill(srow, srow + a, 0.0f);
-    std::fill(srow + e, srow + blk.cols, 0.0f);
+    zero_fill<F>(srow, a);
+    zero_fill<F>(srow + e, blk.cols - e);
     l[r] = l[r] * alpha + sum;
     m[r] = m_new;
     if (alpha != 1.0f) scale_row<F>(acc + r * hd, alpha, hd);
@@ -130,12 +187,12 @@ template <class F>
     const int64_t a = std::clamp<int64_t>(key_lo(s, pi) - blk.kb, 0, blk.cols);
     const int64_t e = std::clamp<int64_t>(key_hi(s, pi) - blk.kb, 0, blk.cols);
     if (a >= e || lse[r] == kNegInf) {
-      std::fill(prow, prow + blk.cols, 0.0f);
+      zero_fill<F>(prow, blk.cols);
       continue;
     }
     exp_store<F, false>(prow + a, lse[r], prow + a, e - a);
-    std::fill(prow, prow + a, 0.0f);
-    std::fill(prow + e, prow + blk.cols, 0.0f);
+    zero_fill<F>(prow, a);
+    zero_fill<F>(prow + e, blk.cols - e);
   }
 }
 
@@ -193,11 +250,16 @@ template <class F>
     output_dots_body<F>(o, ld_o, d_o, ld_do, rows, hd, D);                                                         \
   }
 
-CLEAVE_FLASH_ROW_PATHS(baseline, detail::f32xN, __attribute__((optimize("fp-contract=off"))))
+// Every path: no FMA contraction (the bits), no loop turned into a libc memset / memcpy call (the short rows' fills
+// and tails, zero_fill and store_first); the wide paths flattened, so the masked load and store helpers, which carry
+// their target, inline into them through exp_store (GCC does not inline a target function into a generic one).
+#define CLEAVE_FLASH_ROW_OPTIMIZE optimize("fp-contract=off", "no-tree-loop-distribute-patterns")
+CLEAVE_FLASH_ROW_PATHS(baseline, detail::f32xN, __attribute__((CLEAVE_FLASH_ROW_OPTIMIZE)))
 #if defined(__x86_64__)
-CLEAVE_FLASH_ROW_PATHS(avx2, detail::f32x8, __attribute__((target("avx2"), optimize("fp-contract=off"))))
-CLEAVE_FLASH_ROW_PATHS(avx512, detail::f32x16, __attribute__((target("avx512f"), optimize("fp-contract=off"))))
+CLEAVE_FLASH_ROW_PATHS(avx2, detail::f32x8, __attribute__((target("avx2"), CLEAVE_FLASH_ROW_OPTIMIZE, flatten)))
+CLEAVE_FLASH_ROW_PATHS(avx512, detail::f32x16, __attribute__((target("avx512f"), CLEAVE_FLASH_ROW_OPTIMIZE, flatten)))
 #endif
+#undef CLEAVE_FLASH_ROW_OPTIMIZE
 #undef CLEAVE_FLASH_ROW_PATHS
 
 }  // namespace

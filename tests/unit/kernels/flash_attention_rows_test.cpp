@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -124,6 +125,59 @@ TEST(FlashAttentionRows, Ln2ShiftIsTheMaximumRoundedToAMultipleOfLn2) {
                              true);
   EXPECT_TRUE(same_bits(m2, o.m));
   EXPECT_TRUE(same_bits(acc2, o.acc));
+}
+
+// Short causal rows (T 64: every row ends in a partial vector, of every length): on every path the softmax update's
+// row sum is the documented order exactly (element i into lane i mod 16 from +0, lanes added 0 to 15; the row's first
+// block, so l = l * 0 + sum), the masked keys are exact +0, and neither op writes past its block's columns (the
+// padding up to the row stride keeps its bits: the tails are masked vector stores).
+float lane_order_sum(const float* p, int64_t n) {
+  float lane[16] = {};
+  for (int64_t i = 0; i < n; ++i) lane[i % 16] += p[i];
+  float t = 0.0f;
+  for (float x : lane) t += x;
+  return t;
+}
+
+TEST(FlashAttentionRows, ShortRowsSumInLaneOrderAndWriteOnlyTheirColumns) {
+  FlashAttentionShape s = masked_shape(80);
+  s.window = 0;
+  const flash_rows::BlockRows blk{0, 70, 0, 60, 67};  // row r sees keys [0, min(r + 1, 60)): tails to the edge
+  int checked = 0;
+  for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
+    if (!vector_isa_available(isa)) continue;
+    const auto S0 = test::random_floats(static_cast<size_t>(blk.rows * blk.ld), 41, 4.0f);
+    auto S = S0, P = S0;
+    std::vector<float> m(static_cast<size_t>(blk.rows), kNegInf);
+    auto l = test::random_floats(m.size(), 42);
+    auto acc = test::random_floats(static_cast<size_t>(blk.rows * s.head_dim), 43);
+    flash_rows::softmax_update(isa, s, blk, S.data(), m.data(), l.data(), acc.data(), s.head_dim);
+    const auto lse = test::random_floats(m.size(), 44);
+    flash_rows::probabilities(isa, s, blk, lse.data(), P.data());
+    for (int64_t r = 0; r < blk.rows; ++r) {
+      const int64_t e = std::min<int64_t>(r + 1, blk.cols);
+      const float* srow = S.data() + r * blk.ld;
+      const float* prow = P.data() + r * blk.ld;
+      const float want = lane_order_sum(srow, e);
+      EXPECT_EQ(std::memcmp(&l[r], &want, sizeof want), 0) << "isa " << static_cast<int>(isa) << " row " << r
+                                                            << ": l " << l[r] << ", lane order " << want;
+      for (int64_t j = 0; j < blk.ld; ++j) {
+        const size_t at = static_cast<size_t>(r * blk.ld + j);
+        if (j < e) {
+          EXPECT_GT(srow[j], 0.0f) << "row " << r << " col " << j;
+          EXPECT_GT(prow[j], 0.0f) << "row " << r << " col " << j;
+        } else if (j < blk.cols) {
+          EXPECT_TRUE(srow[j] == 0.0f && !std::signbit(srow[j])) << "row " << r << " col " << j;
+          EXPECT_TRUE(prow[j] == 0.0f && !std::signbit(prow[j])) << "row " << r << " col " << j;
+        } else {
+          EXPECT_EQ(std::memcmp(&S[at], &S0[at], sizeof(float)), 0) << "softmax wrote padding row " << r;
+          EXPECT_EQ(std::memcmp(&P[at], &S0[at], sizeof(float)), 0) << "probabilities wrote padding row " << r;
+        }
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 70);
 }
 
 TEST(FlashAttentionRows, SoftmaxUpdateMatchesDoubleReference) {

@@ -3,7 +3,8 @@
 
 Per model and layout: `cleave train` for STEPS steps (under `flock LOCK` when given); from its run.json every rank's
 measured peak (the sum of its categories' peaks, as the plan's total sums its categories) and the trainer's own plan;
-from metrics.jsonl (`moe_ep_rows_b<block>_s<src>_d<dst>`, per step, summed over the step's micro-batches) the three
+from metrics.jsonl (`moe_ep_rows_b<block>_s<src>_d<dst>`, per step, summed over the step's micro-batches; S and P from
+the per-micro-batch maxima `moe_ep_mb_rows_b<block>_d<dst>` / `moe_ep_mb_mean_rows_b<block>` where logged) the three
 routing figures, each a rank's rows in a block over the block's mean rows per rank:
   F: the time model's, 1 + the mean over blocks of (the busiest rank's - 1), median over the steps (ep_waits.py's);
   S: the memory plan's stash figure, the largest over ranks and steps of a rank's mean over the blocks;
@@ -51,8 +52,26 @@ def planned(cleave, config, profile, layout, extra=()):
     return max(r["memory_plan_total"] for r in j["ranks"])
 
 
+def micro_batch_figures(rec):
+    """(S, P) of one step from its per-micro-batch maxima (moe_ep_mb_rows_b<i>_d<d> over moe_ep_mb_mean_rows_b<i>);
+    None for a build without them. Exact with any number of micro-batches a step for P; S from each block's most
+    rows over the micro-batches, so at least any one micro-batch's (the safe side)."""
+    mean = {int(m.group(1)): v for key, v in rec.items() if (m := re.match(r"moe_ep_mb_mean_rows_b(\d+)$", key))}
+    if not mean:
+        return None
+    share = {}
+    for key, v in rec.items():
+        m = re.match(r"moe_ep_mb_rows_b(\d+)_d(\d+)$", key)
+        if m and mean.get(int(m.group(1)), 0) > 0:
+            share.setdefault(int(m.group(1)), {})[int(m.group(2))] = v / mean[int(m.group(1))]
+    ranks = next(iter(share.values())).keys()
+    return (max(statistics.mean(share[b][d] for b in share) for d in ranks),
+            max(max(ds.values()) for ds in share.values()))
+
+
 def routing_figures(metrics):
-    """(F, S, P) over the steps of metrics.jsonl (see the module's comment); None without ep rows."""
+    """(F, S, P) over the steps of metrics.jsonl (see the module's comment); None without ep rows. S and P from the
+    per-micro-batch maxima where the build logs them, else from the step's sums (exact at one micro-batch a step)."""
     f_steps, s, p = [], 0.0, 0.0
     for rec in metrics:
         rows = {}
@@ -67,6 +86,10 @@ def routing_figures(metrics):
         share = {b: {d: v / statistics.mean(ds.values()) for d, v in ds.items()} for b, ds in rows.items()}
         f_steps.append(1 + statistics.mean(max(ds.values()) - 1 for ds in share.values()))
         ranks = next(iter(share.values())).keys()
+        per_micro_batch = micro_batch_figures(rec)
+        if per_micro_batch:
+            s, p = max(s, per_micro_batch[0]), max(p, per_micro_batch[1])
+            continue
         s = max(s, max(statistics.mean(share[b][d] for b in share) for d in ranks))
         p = max(p, max(max(ds.values()) for ds in share.values()))
     return statistics.median(f_steps), s, p

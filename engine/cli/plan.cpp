@@ -218,6 +218,7 @@ void write_plans_json(const std::string& json_path, const std::vector<const plan
                      {"sequence_parallel", e.choice.sequence_parallel},
                      {"expert_parallel", e.choice.ep},
                      {"ep_imbalance", e.ep_imbalance},
+                     {"ep_memory_imbalance", {{"stash", e.ep_memory.stash}, {"peak", e.ep_memory.peak}}},
                      {"comm_bytes", e.comm_bytes},
                      {"recompute", std::string(enum_name(e.choice.recompute))},
                      {"overrides", e.choice.overrides()},

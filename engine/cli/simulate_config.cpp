@@ -22,6 +22,7 @@
 #include "engine/core/output_path.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
+#include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/ep_costs.hpp"
@@ -472,7 +473,7 @@ int run_simulate_config(int argc, char** argv) {
                             partition::is_language_model(base.model.type) ? "tok" : "samples",
                             partition::unique_param_count(spec, 0, spec.blocks.size()),
                             partition::active_param_count(spec),
-                            options.ep_memory.or_bound(partition::workload_ep_row_bound(spec, choice.ep))};
+                            run_plan::ep_memory_figures(spec, base, options.ep_memory)};
   write_timeline_files(svg, trace, simulated);
   if (args.on("--json")) {
     std::printf("%s\n", simulated_json(simulated).dump(2).c_str());

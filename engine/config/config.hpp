@@ -112,6 +112,13 @@ struct ParallelConfig {
   // another chunk's backward runs interleaved with it, so one micro-batch's MoE dispatch or combine all-to-all is
   // in flight while the other computes. Results are bit-identical to false. Needs schedule dualpipev and ep > 1.
   bool moe_a2a_overlap = false;
+  // Expert parallelism's memory (docs/planner.md "Expert parallelism's memory", partition::EpMemoryImbalance): the
+  // routing figures the trainer's own memory plan (device.memory_limit's check, run.json, the report) sizes each
+  // rank's routed rows at. Stash S: a rank's rows summed over the blocks it stashes, over their mean; peak P: the
+  // busiest block's busiest rank's. 0: the dropless bound min(k, E/ep) · ep / k, which no routing exceeds; else in
+  // [1, that bound], P >= S (validate.cpp). Measured from a run's moe_ep_rows_* metrics.
+  double ep_stash_imbalance = 0.0;
+  double ep_peak_imbalance = 0.0;
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 

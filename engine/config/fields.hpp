@@ -114,7 +114,7 @@ constexpr int kMaxParallel = 1 << 16;                        // tp, pp, dp, virt
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // parallel.*: the keys before the partition subsection, then the ones after it (kParallelPartitionAt).
-inline constexpr std::array<Field<ParallelConfig>, 18> kParallelFields = {{
+inline constexpr std::array<Field<ParallelConfig>, 20> kParallelFields = {{
     {"tensor_model_parallel_size", &ParallelConfig::tensor_model_parallel_size, FieldKind::kInteger,
      "tensor-parallel width (ranks sharing each layer)", 1, kMaxParallel},
     {"pipeline_model_parallel_size", &ParallelConfig::pipeline_model_parallel_size, FieldKind::kInteger,
@@ -149,6 +149,12 @@ inline constexpr std::array<Field<ParallelConfig>, 18> kParallelFields = {{
      "expert-parallel width (ranks splitting each MoE block's experts, taken from dp × cp)", 1, kMaxParallel},
     {"moe_a2a_overlap", &ParallelConfig::moe_a2a_overlap, FieldKind::kBoolean,
      "dualpipev with ep > 1: run each F&B pair interleaved, hiding one's all-to-all behind the other's compute"},
+    {"ep_stash_imbalance", &ParallelConfig::ep_stash_imbalance, FieldKind::kNumber,
+     "ep memory plan: a rank's routed rows over blocks stashed, over the mean; 0 = the dropless bound", 0, 0, 0.0,
+     kInf},
+    {"ep_peak_imbalance", &ParallelConfig::ep_peak_imbalance, FieldKind::kNumber,
+     "ep memory plan: the busiest block's busiest rank's routed rows over the mean; 0 = the dropless bound", 0, 0,
+     0.0, kInf},
 }};
 constexpr std::size_t kParallelPartitionAt = 9;  // parallel.partition sits before kParallelFields[9]
 

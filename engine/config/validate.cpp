@@ -4,6 +4,7 @@
 // refusal is a ConfigKeyError naming the key; parse_config() prefixes where the key came from.
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 #include <numeric>
@@ -18,6 +19,7 @@
 #include "engine/core/error.hpp"
 #include "kernels/ops/attention_limits.hpp"
 #include "partition/cp_rules.hpp"
+#include "partition/ep_costs.hpp"
 #include "partition/ep_rules.hpp"
 #include "partition/hardware_profile.hpp"
 #include "partition/tp_rules.hpp"
@@ -54,6 +56,42 @@ void check_model_rules(const RunConfig& c) {
                                    c.parallel.context_parallel_size);
 }
 
+// parallel.ep_stash_imbalance and ep_peak_imbalance: 0 (the dropless bound) or a rank's rows over the mean, so at
+// least 1 and at most the bound no routing exceeds at the layout's ep (partition::workload_ep_row_bound; 1 at ep 1),
+// the peak (one block's busiest rank) no lower than the stash (a mean over blocks).
+void check_ep_memory_figures(const RunConfig& c) {
+  const auto& p = c.parallel;
+  if (p.ep_stash_imbalance == 0 && p.ep_peak_imbalance == 0) return;
+  const partition::ModelSpec spec = partition::make_model_spec(c.model.type, c.model);
+  const int ep = p.expert_model_parallel_size;
+  const double bound = partition::workload_ep_row_bound(spec, ep);
+  for (const auto& [key, value] : {std::pair{"parallel.ep_stash_imbalance", p.ep_stash_imbalance},
+                                   std::pair{"parallel.ep_peak_imbalance", p.ep_peak_imbalance}}) {
+    if (value == 0) continue;
+    if (partition::routed_experts(spec) == 0) {
+      refuse(key, "{} sizes expert parallelism's routed rows, and model.type {} has no experts; drop the key (or 0)",
+             value, c.model.type);
+    }
+    if (value < 1) {
+      refuse(key, "{} is below 1 (a rank's routed rows over the mean rank's); give a value >= 1, or 0 for the "
+             "dropless bound {:g}", value, bound);
+    }
+    if (value > bound) {
+      const auto moe = std::find_if(spec.blocks.begin(), spec.blocks.end(),
+                                    [](const partition::BlockSpec& b) { return b.n_experts > 0; });
+      refuse(key, "{} is above the dropless bound {:g} = min(top_k, n_experts / ep) × ep / top_k at "
+             "parallel.expert_model_parallel_size {} (model.n_experts {}, model.top_k {}): no routing gives a rank "
+             "more rows; give a value in [1, {:g}], or 0 for the bound", value, bound, ep, moe->n_experts,
+             moe->top_k, bound);
+    }
+  }
+  if (p.ep_stash_imbalance > 0 && p.ep_peak_imbalance > 0 && p.ep_peak_imbalance < p.ep_stash_imbalance) {
+    refuse("parallel.ep_peak_imbalance", "{} is below parallel.ep_stash_imbalance {}: the busiest block's rows bound "
+           "every block's, so their mean too; give a peak >= the stash, or 0 for the bound", p.ep_peak_imbalance,
+           p.ep_stash_imbalance);
+  }
+}
+
 // The layout: dp size, the model's rules, the MoE overlap's schedule, recomputation, the manual partition.
 void check_layout(const RunConfig& c) {
   const auto& p = c.parallel;
@@ -66,6 +104,7 @@ void check_layout(const RunConfig& c) {
            "> 1 (it overlaps DualPipeV's F&B pairs' MoE all-to-alls), got schedule \"{}\" and ep {}; set it false",
            p.schedule, p.expert_model_parallel_size);
   }
+  check_ep_memory_figures(c);
   if (c.train.recompute != Recompute::kNone && !partition::is_language_model(c.model.type)) {
     refuse("train.recompute", "\"{}\" recomputes transformer blocks, and model.type {} has none; use \"none\"",
          c.train.recompute, c.model.type);

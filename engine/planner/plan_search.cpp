@@ -128,6 +128,8 @@ std::vector<std::string> PlanChoice::overrides() const {
   keys.push_back(fmt::format("parallel.context_parallel_size={}", cp));
   keys.push_back(fmt::format("parallel.context_parallel_comm={}", cp_comm));
   keys.push_back(fmt::format("parallel.expert_model_parallel_size={}", ep));
+  keys.push_back(fmt::format("parallel.ep_stash_imbalance={}", ep_stash_imbalance));
+  keys.push_back(fmt::format("parallel.ep_peak_imbalance={}", ep_peak_imbalance));
   return keys;
 }
 
@@ -148,6 +150,8 @@ config::RunConfig PlanChoice::apply_to(const config::RunConfig& base) const {
   p.context_parallel_size = cp;
   p.context_parallel_comm = cp_comm;
   p.expert_model_parallel_size = ep;
+  p.ep_stash_imbalance = ep_stash_imbalance;
+  p.ep_peak_imbalance = ep_peak_imbalance;
   c.train.recompute = recompute;
   config::validate(c);
   return c;
@@ -173,6 +177,8 @@ PlanChoice choice_of_config(const std::string& config_path, const std::vector<st
   c.cp = config.parallel.context_parallel_size;
   c.cp_comm = config.parallel.context_parallel_comm;
   c.ep = config.parallel.expert_model_parallel_size;
+  c.ep_stash_imbalance = config.parallel.ep_stash_imbalance;
+  c.ep_peak_imbalance = config.parallel.ep_peak_imbalance;
   return c;
 }
 
@@ -347,6 +353,10 @@ void estimate_layout(const SearchInputs& in, const std::vector<int>& eps, int tp
               for (const int ep : eps) {
                 PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp, reduce, cp, cp_comm};
                 c.ep = ep;
+                if (ep == in.base.parallel.expert_model_parallel_size) {  // the config's figures hold at its ep only
+                  c.ep_stash_imbalance = in.base.parallel.ep_stash_imbalance;
+                  c.ep_peak_imbalance = in.base.parallel.ep_peak_imbalance;
+                }
                 PlanEstimate e =
                     estimate_plan(in.base, in.origin, in.overrides, c, in.profile, in.options, nullptr, &cache);
                 (e.fits ? out.ranked : out.rejected).push_back(std::move(e));

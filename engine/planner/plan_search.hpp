@@ -50,6 +50,9 @@ struct PlanChoice {
   // Expert parallelism (parallel.expert_model_parallel_size; moe models): ep ranks taken from the dp × cp ranks
   // split each moe block's experts (the world stays tp × cp × dp × pp).
   int ep = 1;
+  // Expert parallelism's memory figures (parallel.ep_stash_imbalance, ep_peak_imbalance; 0: the dropless bound): the
+  // source config's at its own ep, 0 at any other (figures measured at one ep say nothing of another's routing).
+  double ep_stash_imbalance = 0.0, ep_peak_imbalance = 0.0;
   // The ranks the plan runs on: tp × cp × dp × pp.
   int world() const { return tp * cp * dp * pp; }
   // "tp2 pp2 dp1"; "tp2 cp2 pp2 dp1" (ring) or "... cp2a2a ..." when cp > 1; " ep2" appended when ep > 1
@@ -103,6 +106,9 @@ struct PlanEstimate {
   int host_pinned_rank = 0;
   StepBreakdown breakdown;     // where step_s goes, term by term (sums to it)
   double ep_imbalance = 1.0;  // the factor the plan was priced with (1 without ep)
+  // The ep figures its memory plan sized the rows at (run_plan::ep_memory_figures: the flags, else the candidate's
+  // config's keys, else the dropless bound; 1 without ep): `cleave plan --json`'s ep_memory_imbalance.
+  partition::EpMemoryImbalance ep_memory{1.0};
   // The four all-to-alls of one moe block and micro-batch on the busiest ep rank, forward and backward (0 at ep 1);
   // over the step they are breakdown's expert_all_to_all term (in breakdown.tp_comm_s with the tp and cp exchanges).
   double ep_all_to_all_s = 0;
@@ -213,6 +219,7 @@ struct SearchOptions {
   // random top-k routing (partition::workload_ep_imbalance). The time's figure only: the memory plan's is ep_memory.
   double ep_imbalance = 0;
   // Expert parallelism's rows for the memory plan (`--ep-stash-imbalance`, `--ep-peak-imbalance`): a field 0 = the
+  // candidate's config's key (PlanChoice::ep_stash_imbalance, ep_peak_imbalance: the source's at its own ep), else the
   // dropless bound (partition::workload_ep_row_bound), which no routing exceeds (partition::EpMemoryImbalance).
   partition::EpMemoryImbalance ep_memory{};
   // false: a plan over the cap is returned once its memory is known (valid, fits false, the reason, the peak and

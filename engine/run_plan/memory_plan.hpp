@@ -137,9 +137,10 @@ struct CpuKernels {
 };
 
 // ep_imbalance: expert parallelism's rows a rank's experts run over the mean, summed over its stashed blocks and in
-// its busiest block (partition::EpMemoryImbalance; a field 0: the dropless bound, partition::workload_ep_row_bound,
-// which no routing exceeds; one number sets both; `cleave plan --ep-stash-imbalance --ep-peak-imbalance` pass their
-// own). Distinct from the time model's figure (`--ep-imbalance`, uniformly random routing by default).
+// its busiest block (partition::EpMemoryImbalance; a field 0: the config's parallel.ep_stash_imbalance or
+// ep_peak_imbalance, and where that is 0 too the dropless bound, partition::workload_ep_row_bound, which no routing
+// exceeds: ep_memory_figures; one number sets both; `cleave plan --ep-stash-imbalance --ep-peak-imbalance` pass
+// their own). Distinct from the time model's figure (`--ep-imbalance`, uniformly random routing by default).
 // cpu: the run's resolved CPU kernels; the trainer's plan and its report pass the run's own, so the CPU workspace is
 // exact on either kind of CPU.
 // attention: the attention kernel the run uses (the engine's is memory-efficient; the planner prices a run that
@@ -156,6 +157,10 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank,
                                 partition::EpMemoryImbalance ep_imbalance = 0,
                                 partition::AttentionKind attention = partition::AttentionKind::kMemoryEfficient);
+// The ep figures a memory plan sizes the rows at (the rule of ep_imbalance above): each field of `given` where
+// above 0, else the config's key, else the dropless bound of `spec` at the config's ep; {1, 1} at ep 1.
+partition::EpMemoryImbalance ep_memory_figures(const partition::ModelSpec& spec, const config::RunConfig& config,
+                                               partition::EpMemoryImbalance given = 0);
 // device.blas resolved as on a CPU without bf16 instructions (bf16 operands widened to f32), threads 0.
 CpuKernels unresolved_cpu_kernels(const config::RunConfig& config);
 

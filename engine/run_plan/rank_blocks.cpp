@@ -33,6 +33,15 @@ std::int64_t tied_table_bytes(const partition::ModelSpec& spec, int tp) {
 
 }  // namespace
 
+partition::EpMemoryImbalance ep_memory_figures(const partition::ModelSpec& spec, const config::RunConfig& config,
+                                               partition::EpMemoryImbalance given) {
+  const int ep = std::max(1, config.parallel.expert_model_parallel_size);
+  if (ep == 1) return {1.0};
+  const partition::EpMemoryImbalance figures{given.stash > 0 ? given.stash : config.parallel.ep_stash_imbalance,
+                                             given.peak > 0 ? given.peak : config.parallel.ep_peak_imbalance};
+  return figures.or_bound(partition::workload_ep_row_bound(spec, ep));
+}
+
 RankShape rank_shape(const Plan& plan, const config::RunConfig& config, const CpuKernels& cpu,
                      partition::EpMemoryImbalance ep_imbalance,
                      partition::AttentionKind attention) {
@@ -47,8 +56,9 @@ RankShape rank_shape(const Plan& plan, const config::RunConfig& config, const Cp
   s.ep = std::max(1, config.parallel.expert_model_parallel_size);
   // Not the time model's figure (uniformly random routing, partition::workload_ep_imbalance): a memory plan under
   // the peak says "fits" for a run that fails, so what is not given is the bound no routing exceeds.
-  s.imbalance = s.ep == 1 ? partition::EpMemoryImbalance{1.0}
-                          : ep_imbalance.or_bound(partition::workload_ep_row_bound(plan.spec, s.ep));
+  // A figure not given here (0) is the config's (parallel.ep_stash_imbalance, ep_peak_imbalance: the trainer's
+  // own plan), and where that is 0 too, the bound.
+  s.imbalance = ep_memory_figures(plan.spec, config, ep_imbalance);
   s.on_cpu = config.device.type == DeviceType::kCpu;
   s.widens = s.bf16 && s.on_cpu && !cpu.bf16_gemm.bf16_kernels;
   s.attention = attention;

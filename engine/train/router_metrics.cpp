@@ -65,6 +65,22 @@ struct PackedLayout {
   std::size_t kind_wait_s(std::size_t k) const { return kind_s(k) + layers::kNumAllToAllKinds; }
 };
 
+// The per-micro-batch maxima every rank contributes to the step's one max (ep > 1): per routed block, the most rows
+// each ep rank received in one micro-batch [ep] (this rank's slot only), then the most rows a rank sent in one (its
+// tokens × k, the mean rows per rank).
+std::size_t peak_slot(std::size_t ep, std::size_t i, std::size_t d) { return i * (ep + 1) + d; }
+
+void pack_peaks(const layers::RouterLog& log, const std::vector<std::string>& blocks, std::size_t ep,
+                std::size_t ep_rank, std::vector<double>& v) {
+  v.assign(blocks.size() * (ep + 1), 0.0);
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const layers::BlockRouting* b = log.find(blocks[i]);
+    if (b == nullptr) continue;
+    v[peak_slot(ep, i, ep_rank)] = static_cast<double>(b->most_received);
+    v[peak_slot(ep, i, ep)] = static_cast<double>(b->most_sent);
+  }
+}
+
 // The ep group's shortest time in each of the step's calls (a max-reduce of the negated times over `ep`) into
 // `shortest` (the caller's, kept from step to step: no allocation once it has held a step's calls); the rank's own
 // times without a group. Collective over `ep` (every rank of a group runs the same calls).
@@ -133,8 +149,8 @@ class FieldWriter {
 
 // The fields from the world's sum into `out` (metric names and meanings: router_metrics.hpp); none when nothing was
 // routed. `tokens` is scratch; both kept by the caller from step to step, so a warm step allocates nothing here.
-void metric_fields(const std::vector<double>& sum, const PackedLayout& at, std::vector<double>& tokens,
-                   std::vector<std::pair<std::string, double>>& out) {
+void metric_fields(const std::vector<double>& sum, const std::vector<double>& peaks, const PackedLayout& at,
+                   std::vector<double>& tokens, std::vector<std::pair<std::string, double>>& out) {
   double aux = 0, z = 0, imbalance = 0, micro = 0;
   tokens.assign(at.e, 0.0);
   for (std::size_t i = 0; i < at.blocks; ++i) {
@@ -166,6 +182,10 @@ void metric_fields(const std::vector<double>& sum, const PackedLayout& at, std::
         w.add(sum[at.bytes(i, src, d)], "moe_ep_bytes_b{}_s{}_d{}", i, src, d);
       }
     }
+  }
+  for (std::size_t i = 0; at.moved() > 0 && i < at.blocks; ++i) {
+    for (std::size_t d = 0; d < at.ep; ++d) w.add(peaks[peak_slot(at.ep, i, d)], "moe_ep_mb_rows_b{}_d{}", i, d);
+    w.add(peaks[peak_slot(at.ep, i, at.ep)], "moe_ep_mb_mean_rows_b{}", i);
   }
   if (at.moved() > 0 && sum[at.contributors()] > 0) {
     const double per_rank = 1e3 / sum[at.contributors()];
@@ -210,12 +230,21 @@ std::span<const std::pair<std::string, double>> RouterMetrics::finish(comm::Comm
   }
   sum_.resize(at.size());
   reduce_doubles_into(world, mine_, sum_, comm::ReduceOp::kSum);
+  if (at.moved() > 0) {  // every rank alike: ep_size is the run's
+    if (tp_rank == 0) {
+      pack_peaks(log_, blocks_, at.ep, static_cast<std::size_t>(ep_rank), peak_mine_);
+    } else {
+      peak_mine_.assign(blocks_.size() * (at.ep + 1), 0.0);
+    }
+    peaks_.resize(peak_mine_.size());
+    reduce_doubles_into(world, peak_mine_, peaks_, comm::ReduceOp::kMax);
+  }
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     const layers::BlockRouting* b = log_.find(blocks_[i]);
     if (b == nullptr || b->bias == nullptr || b->bias_update_rate <= 0) continue;
     move_bias(*b->bias, std::span<const double>(sum_).subspan(at.count(i, 0), at.e), b->bias_update_rate, ctx);
   }
-  metric_fields(sum_, at, tokens_, fields_);
+  metric_fields(sum_, peaks_, at, tokens_, fields_);
   return fields_;
 }
 

@@ -12,6 +12,11 @@
 //                       in routed block i's forward dispatch during the step, summed over the micro-batches and
 //                       the expert-dp replicas (layers/moe/expert_dispatch.hpp; the combine returns the same
 //                       counts, the backward moves them again). s = d is the part that stays on the rank.
+//   moe_ep_mb_rows_b<i>_d<d>, moe_ep_mb_mean_rows_b<i>   expert parallelism only: the most rows ep rank d's
+//                       experts received in routed block i's forward dispatch of one micro-batch of the step (the
+//                       max over the micro-batches and the expert-dp replicas), and the mean rows per ep rank in one
+//                       micro-batch (a rank's tokens × k); their ratio is the block's per-micro-batch imbalance on d,
+//                       what the memory plan's figures bound (docs/planner.md "Expert parallelism's memory").
 //   moe_ep_all_to_all_ms  expert parallelism only: a rank's time in the step's all-to-alls (count exchanges,
 //                       dispatch and combine, forward and backward, all moe blocks; each waits for its slowest
 //                       peer), the mean over the ranks (tp rank 0 of each tp group)
@@ -68,7 +73,7 @@ class RouterMetrics {
   std::vector<double> shortest_;  // the ep group's shortest time per all-to-all call of the step (finish)
   // finish's packed contribution, the world's sum, the tokens per expert and the fields it returns, kept from step
   // to step: a finish allocates nothing once warm.
-  std::vector<double> mine_, sum_, tokens_;
+  std::vector<double> mine_, sum_, tokens_, peak_mine_, peaks_;
   std::vector<std::pair<std::string, double>> fields_;
 };
 

@@ -9,6 +9,7 @@
 // nothing here; a record no call touched since the last clear() reads as absent (find).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -56,6 +57,10 @@ struct BlockRouting {
   std::vector<std::int64_t> sent_rows;
   std::vector<std::int64_t> sent_bytes;
   std::vector<std::int64_t> received_rows;
+  // The most rows this rank received in one dispatch (one micro-batch) of the step, and the most it sent (its
+  // tokens × k: the same every micro-batch, and the mean rows per rank of the ep group). 0 at ep 1.
+  std::int64_t most_received = 0;
+  std::int64_t most_sent = 0;
   // Seconds this rank spent in the block's all-to-alls (count exchange, dispatch and combine, forward and
   // backward; each waits for its slowest peer), summed over the step's micro-batches. 0 at ep 1.
   double all_to_all_s = 0.0;
@@ -72,6 +77,7 @@ struct BlockRouting {
     sent_rows.clear();
     sent_bytes.clear();
     received_rows.clear();
+    most_received = most_sent = 0;
     all_to_all_s = 0.0;
     in_step = false;
   }
@@ -100,7 +106,14 @@ class RouterLog {
       b.sent_rows[i] += sent[i];
       b.sent_bytes[i] += sent[i] * row_bytes;
     }
-    for (std::size_t i = 0; i < received.size(); ++i) b.received_rows[i] += received[i];
+    std::int64_t sent_now = 0, received_now = 0;
+    for (const std::int64_t r : sent) sent_now += r;
+    for (std::size_t i = 0; i < received.size(); ++i) {
+      b.received_rows[i] += received[i];
+      received_now += received[i];
+    }
+    b.most_sent = std::max(b.most_sent, sent_now);
+    b.most_received = std::max(b.most_received, received_now);
   }
   void add_all_to_all_time(const std::string& block, AllToAllKind kind, double seconds) {
     record(block).all_to_all_s += seconds;

@@ -120,6 +120,10 @@ bad_input cp-world early 'world size 1 is not divisible by tp\(1\) × cp\(2\) ×
     --set parallel.context_parallel_size=2
 bad_input virtual-stages early 'parallel\.virtual_pipeline_stages: schedule 1f1b runs one stage per rank.*got virtual_stages 3.*set it to 1' \
     --set parallel.virtual_pipeline_stages=3
+# The ep memory figures (parallel.ep_stash_imbalance, ep_peak_imbalance) past the dropless bound (the default model
+# as moe, 8 experts top-2 at ep 1: bound 1), refused while the config is read, naming the key, the bound and the fix.
+bad_input ep-memory-figure early 'parallel\.ep_peak_imbalance: 1\.5 is above the dropless bound 1 = min\(top_k, n_experts / ep\) × ep / top_k at parallel\.expert_model_parallel_size 1 .*give a value in \[1, 1\], or 0 for the bound' \
+    --set 'model.type="moe"' --set parallel.ep_peak_imbalance=1.5
 # Over the memory cap: bad input (exit 64, it exited 1 once the world was built, and `cleave run` restarted it), refused
 # before the world; the refusal says how much is activations and what each recompute mode would need (the default
 # model fits 4 MiB only under full recomputation), and points at `cleave plan`.

@@ -169,6 +169,20 @@ RunRecord imbalanced_run(const config::RunConfig& config, comm::Communicator& wo
         if (key.find("moe_ep_rows_b0_") == 0) sent += value;
       }
       EXPECT_EQ(sent, 8.0 * 8.0 * 2.0) << "step " << s << ": global batch 8 × seq_len 8 × top_k 2 rows of block 0";
+      // Per micro-batch (moe_ep_mb_*, the memory plan's figures; several micro-batches a step here): a rank sends
+      // micro-batch 1 × seq_len 8 × top_k 2 = 16 rows, the mean per rank; every token's two rows go to experts 0
+      // and 1, so the first rank receives twice the mean (at ep 2 both experts' rows from both ranks, at ep 4
+      // expert 0's from all four), the dropless bound, and the last rank none.
+      const std::string last = std::to_string(config.parallel.expert_model_parallel_size - 1);
+      double mean = -1, first_rank = -1, last_rank = -1;
+      for (const auto& [key, value] : stats.routing) {
+        if (key == "moe_ep_mb_mean_rows_b0") mean = value;
+        if (key == "moe_ep_mb_rows_b0_d0") first_rank = value;
+        if (key == "moe_ep_mb_rows_b0_d" + last) last_rank = value;
+      }
+      EXPECT_EQ(mean, 16.0) << "step " << s;
+      EXPECT_EQ(first_rank, 32.0) << "step " << s;
+      EXPECT_EQ(last_rank, 0.0) << "step " << s;
     }
     EXPECT_EQ(tokens_e2, 0.0) << "step " << s << ": a token reached expert 2";
   }

@@ -97,5 +97,38 @@ TEST(EpConfig, EveryZeroStageIsAcceptedWithEp) {
   }
 }
 
+// parallel.ep_stash_imbalance and ep_peak_imbalance (the trainer's ep memory figures): 0 by default (the dropless
+// bound), read and written back; refused before any work below 1, above the bound min(k, E/ep) · ep / k (here E 4,
+// k 2: 2 at ep 2, 1 at ep 1), with the peak below the stash, or on a model without experts, each error naming the
+// key, the value, the bound and the fix.
+TEST(EpConfig, MemoryFiguresAreReadWrittenAndBoundedByTheDroplessBound) {
+  const RunConfig none = parse_config(kMoe, "run.json", {"parallel.expert_model_parallel_size=2"});
+  EXPECT_EQ(none.parallel.ep_stash_imbalance, 0.0);
+  EXPECT_EQ(none.parallel.ep_peak_imbalance, 0.0);
+  const RunConfig c = parse_config(kMoe, "run.json", {"parallel.expert_model_parallel_size=2",
+                                                      "parallel.ep_stash_imbalance=1.25",
+                                                      "parallel.ep_peak_imbalance=2"});
+  EXPECT_EQ(c.parallel.ep_stash_imbalance, 1.25);
+  EXPECT_EQ(c.parallel.ep_peak_imbalance, 2.0);
+  EXPECT_EQ(parse_config(to_json(c), "again"), c);
+  EXPECT_NE(to_json(c).find("\"ep_stash_imbalance\": 1.25"), std::string::npos);
+  const std::string ep2 = "parallel.expert_model_parallel_size=2";
+  expect_error(error_of(kMoe, {ep2, "parallel.ep_peak_imbalance=2.5"}),
+               {"parallel.ep_peak_imbalance", "2.5 is above the dropless bound 2", "expert_model_parallel_size 2",
+                "model.n_experts 4", "model.top_k 2", "give a value in [1, 2], or 0 for the bound"});
+  expect_error(error_of(kMoe, {ep2, "parallel.ep_stash_imbalance=0.5"}),
+               {"parallel.ep_stash_imbalance", "0.5 is below 1", "or 0 for the dropless bound 2"});
+  expect_error(error_of(kMoe, {ep2, "parallel.ep_stash_imbalance=1.5", "parallel.ep_peak_imbalance=1.25"}),
+               {"parallel.ep_peak_imbalance", "1.25 is below parallel.ep_stash_imbalance 1.5"});
+  // ep 1: every rank runs every row, the bound is 1.
+  expect_error(error_of(kMoe, {"parallel.ep_stash_imbalance=1.5"}),
+               {"parallel.ep_stash_imbalance", "above the dropless bound 1", "expert_model_parallel_size 1"});
+  EXPECT_EQ(error_of(kMoe, {"parallel.ep_stash_imbalance=1"}), "");
+  expect_error(error_of(R"({"model": {"type": "llama", "d_model": 32, "n_heads": 4}})",
+                        {"parallel.ep_peak_imbalance=1.5"}),
+               {"parallel.ep_peak_imbalance", "model.type llama has no experts", "drop the key"});
+  expect_error(error_of(kMoe, {ep2, "parallel.ep_peak_imbalance=-1"}), {"parallel.ep_peak_imbalance"});
+}
+
 }  // namespace
 }  // namespace cleave::config

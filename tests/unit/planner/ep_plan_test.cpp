@@ -118,6 +118,41 @@ TEST(EpPlan, StashesEveryBlockAtTheStashFigureAndPeaksOneBlockAtThePeakFigure) {
   }
 }
 
+// The trainer's own plan takes the figures from the config (parallel.ep_stash_imbalance, ep_peak_imbalance): with
+// the keys the plan is the hand numbers above (1.25 and 1.75 at ep 2: 38,912 bytes over the balanced plan, against
+// the bound's 90,112), a figure given by the caller (the planner's flags) overrides its key, and a memory cap between
+// the two plans refuses the run without the keys and passes it with them (memory_plan_violation, the check before
+// the world starts).
+TEST(EpPlan, TheConfigsFiguresSizeTheTrainersOwnPlan) {
+  const auto plan_of = [](const std::vector<std::string>& keys) {
+    std::vector<std::string> overrides = {"parallel.expert_model_parallel_size=2"};
+    overrides.insert(overrides.end(), keys.begin(), keys.end());
+    config::RunConfig c = config::parse_config(kMoe, "<string>", overrides);
+    c.resolve(4);
+    return std::pair{c, run_plan::make_plan(c, static_cast<int>(c.resolved_batch().gradient_accumulation_steps), 0)};
+  };
+  const auto activations = [](const run_plan::MemoryPlan& m) { return m.bytes[at(MemoryCategory::kActivations)]; };
+  const auto [bare, bare_plan] = plan_of({});
+  const auto [keyed, keyed_plan] =
+      plan_of({"parallel.ep_stash_imbalance=1.25", "parallel.ep_peak_imbalance=1.75"});
+  const std::int64_t even = activations(run_plan::estimate_rank_memory(bare_plan, bare, 0, 1.0));
+  EXPECT_EQ(activations(run_plan::estimate_rank_memory(keyed_plan, keyed, 0)) - even, 38'912);
+  EXPECT_EQ(activations(run_plan::estimate_rank_memory(bare_plan, bare, 0)) - even, 90'112);
+  // A caller's figure overrides its key; the other key still applies.
+  EXPECT_EQ(activations(run_plan::estimate_rank_memory(keyed_plan, keyed, 0, {1.0, 1.0})), even);
+  EXPECT_EQ(activations(run_plan::estimate_rank_memory(keyed_plan, keyed, 0, {0.0, 2.0})) - even,
+            16 * 2 * 4 * (2 * 56 + 256));
+  // The cap check: a limit half way between the two totals.
+  const run_plan::CpuKernels cpu = run_plan::unresolved_cpu_kernels(bare);
+  const std::int64_t low = run_plan::estimate_rank_memory(keyed_plan, keyed, 0, cpu).total();
+  const std::int64_t high = run_plan::estimate_rank_memory(bare_plan, bare, 0, cpu).total();
+  ASSERT_EQ(high - low, 90'112 - 38'912);
+  config::RunConfig bare_capped = bare, keyed_capped = keyed;
+  bare_capped.device.memory_limit = keyed_capped.device.memory_limit = (low + high) / 2;
+  EXPECT_NE(run_plan::memory_plan_violation(bare_plan, bare_capped, cpu), "");
+  EXPECT_EQ(run_plan::memory_plan_violation(keyed_plan, keyed_capped, cpu), "");
+}
+
 // ZeRO with ep at dp 4 (engine/train/data_parallel.hpp): the experts are sharded over the expert-dp group (dp / ep
 // ranks), the rest over dp. A rank's share of each expert tensor, (E / ep) / (dp / ep) = E / dp, is what it was at ep
 // 1: the sharded state and ZeRO-3's kept shards equal ep 1's up to the units' padding, while what ep removes is what a
@@ -719,10 +754,13 @@ TEST_F(EpPlanSearch, SearchesEpTimesTensorParallel) {
 // A plan's --set lines (what --write, --trial, --json and cleave run's re-plan hand on) select exactly the layout
 // the search estimated (apply_to), also from a source config at cp 2 and ep 2: a plan at cp 1 or ep 1 must set them
 // back to 1 (they were written only above 1, so the source's cp 2 / ep 2 stayed and the plan was refused or ran on
-// another world).
+// another world). The source's ep memory figures (parallel.ep_stash_imbalance, ep_peak_imbalance, measured at its ep
+// 2) stay on the plans at ep 2 and are set back to 0 (the bound) on the others: at ep 1 they would be refused (above
+// its bound 1), at ep 4 they would size another routing.
 TEST_F(EpPlanSearch, OverridesSelectThePlanFromASourceAtCpAndEp) {
   const std::string path = write("moe.json", kMoe);
-  const std::vector<std::string> source = {"parallel.expert_model_parallel_size=2", "parallel.context_parallel_size=2"};
+  const std::vector<std::string> source = {"parallel.expert_model_parallel_size=2", "parallel.context_parallel_size=2",
+                                           "parallel.ep_stash_imbalance=1.25", "parallel.ep_peak_imbalance=1.5"};
   const SearchResult r = search_plans(path, source, profile(), SearchOptions{4, 0});
   const config::RunConfig base = config::load_config(path, source);
   int without_cp = 0, without_ep = 0;
@@ -733,6 +771,12 @@ TEST_F(EpPlanSearch, OverridesSelectThePlanFromASourceAtCpAndEp) {
         << e.choice.layout();
     without_cp += e.choice.cp == 1;
     without_ep += e.choice.ep == 1;
+    EXPECT_EQ(e.choice.ep_stash_imbalance, e.choice.ep == 2 ? 1.25 : 0.0) << e.choice.layout();
+    EXPECT_EQ(e.choice.ep_peak_imbalance, e.choice.ep == 2 ? 1.5 : 0.0) << e.choice.layout();
+    // What its memory plan sized the rows at (`cleave plan --json`'s ep_memory_imbalance): the keys at ep 2, the
+    // bound min(k 2, E 8 / 4) x 4 / 2 = 4 at ep 4, 1 without ep.
+    EXPECT_EQ(e.ep_memory.stash, e.choice.ep == 2 ? 1.25 : e.choice.ep == 4 ? 4.0 : 1.0) << e.choice.layout();
+    EXPECT_EQ(e.ep_memory.peak, e.choice.ep == 2 ? 1.5 : e.choice.ep == 4 ? 4.0 : 1.0) << e.choice.layout();
   }
   EXPECT_GT(without_cp, 0);
   EXPECT_GT(without_ep, 0);

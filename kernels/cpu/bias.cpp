@@ -77,7 +77,7 @@ template <class F, int64_t L, class T>
   template <class T>                                                                                             \
   __VA_ARGS__ void backward_##suffix(const T* dy, float* dbias, int64_t rows, int64_t cols) {                    \
     const int64_t blocks = (cols + kBlock - 1) / kBlock;                                                         \
-    CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel(rows * cols),                          \
+    CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel_columns(rows * cols),                  \
                         backward_block<F, lanes>(dy, dbias, rows, cols, blk * kBlock);)                          \
   }
 

@@ -126,7 +126,7 @@ template <class F, int64_t L, class T>
   __VA_ARGS__ void backward_weight_##suffix(const T* dy, const T* x, const float* mean, const float* rstd,       \
                                             float* dgamma, float* dbeta, int64_t rows, int64_t cols) {           \
     const int64_t blocks = (cols + kWeightBlock - 1) / kWeightBlock;                                             \
-    CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel(rows * cols),                          \
+    CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel_columns(4 * rows * cols),              \
       backward_weight_block<F, lanes>(dy, x, mean, rstd, dgamma, dbeta, rows, cols, blk * kWeightBlock);)         \
   }
 

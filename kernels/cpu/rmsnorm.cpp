@@ -175,7 +175,7 @@ template <class F, int64_t L, class T>
   __VA_ARGS__ void backward_weight_##suffix(const T* dy, const T* x, const float* rstd, float* dweight,          \
                                             int64_t rows, int64_t cols) {                                        \
     const int64_t blocks = (cols + kWeightBlock - 1) / kWeightBlock;                                             \
-    CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel(rows * cols),                          \
+    CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel_columns(2 * rows * cols),              \
       backward_weight_block<F, lanes>(dy, x, rstd, dweight, rows, cols, blk * kWeightBlock);)                    \
   }
 

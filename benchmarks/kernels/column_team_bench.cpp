@@ -2,7 +2,7 @@
 // gradients: kernels/cpu/bias.cpp, layernorm.cpp, rmsnorm.cpp) pay for an OpenMP team, f32 and bf16 operands, on the
 // peer GPTs' and the Llama example's shapes. Each call runs either on one thread (omp_set_num_threads(1): a one-thread
 // team, no wake-up) or on the team, each after ~70 us of serial work on the master (as a training step's other
-// kernels leave the team idle between regions), the two interleaved call by call; medians of 400 calls each.
+// kernels leave the team idle between regions), the two interleaved call by call; medians of 200 calls each.
 // Run it under OMP_WAIT_POLICY=passive (cleave's choice on a shared machine) and =active; the difference between the
 // columns is what the team saves or costs at that shape (kernels/cpu/parallel.hpp's worth_parallel_columns).
 //
@@ -59,7 +59,7 @@ void time_pair(const std::function<void(std::vector<float>&)>& call, int64_t out
                double* team_us) {
   std::vector<float> out(static_cast<size_t>(out_size));
   std::vector<double> t[2];
-  for (int r = 0; r < 420; ++r) {
+  for (int r = 0; r < 220; ++r) {
     for (int team = 0; team < 2; ++team) {
       omp_set_num_threads(team ? 2 : 1);
       std::fill(out.begin(), out.end(), 0.0f);

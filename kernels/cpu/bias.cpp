@@ -7,9 +7,10 @@
 // written once over generic vectors (as rmsnorm.cpp's): the baseline path, AVX2 (8 lanes) and AVX-512 (16 lanes),
 // chosen at run time; a block is 64 columns, held in registers over the rows. The blocks share a team only from 2M
 // elements (detail::worth_parallel_columns): below that a team's wake-up under passive waiting cost more than it saved
-// (the small GPT's gradients, 256-1024 columns by 1024 rows, run on the calling thread). Each column is still summed over its rows in row order from +0, and the forward adds one
-// element to one element, so every path, block width and thread count gives the same bits as the serial row-order
-// loop (KernelBias.EveryIsaPathGivesTheRowOrderBits).
+// (the small GPT's gradients, 256-1024 columns by 1024 rows, run on the calling thread). Each column is still summed
+// over its rows in row order from +0, and the forward adds one element to one element, so every path, block width and
+// thread count gives the same bits as the serial row-order loop (KernelBias.EveryIsaPathGivesTheRowOrderBits,
+// KernelBias.TeamSharedBlocksGiveTheRowOrderBitsOverManyBinades).
 #include "kernels/cpu/bias.hpp"
 
 // Wide vectors never cross a call boundary here (the helpers are always_inline), so the ABI note GCC emits for

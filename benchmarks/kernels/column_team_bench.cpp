@@ -6,6 +6,10 @@
 // Run it under OMP_WAIT_POLICY=passive (cleave's choice on a shared machine) and =active; the difference between the
 // columns is what the team saves or costs at that shape (kernels/cpu/parallel.hpp's worth_parallel_columns).
 //
+// A shape below worth_parallel_columns runs on one thread either way (a ratio of 1); the table that set the threshold
+// (RESULTS-2026-11-30-n-small-bf16.md) was taken on the build before it, where every shape of two blocks or more
+// shared the team from 32K elements.
+//
 // What it asserts before timing: one thread and the team give the same bits (else it exits 1 without timing).
 // build: the column_team_bench target (build/bin/)
 // usage: OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive build/bin/column_team_bench

@@ -5,10 +5,12 @@
 // accumulators in memory, one block per team member: a 256-column gradient (the attention projection's, the MLP's
 // output) ran on one thread while the others waited (1.4% of the small peer GPT's fp32 samples). The bodies are
 // written once over generic vectors (as rmsnorm.cpp's): the baseline path, AVX2 (8 lanes) and AVX-512 (16 lanes),
-// chosen at run time; a block is 64 columns, held in registers over the rows, so a 256-column gradient shares 4
-// blocks over the team. Each column is still summed over its rows in row order from +0, and the forward adds one
-// element to one element, so every path, block width and thread count gives the same bits as the serial row-order
-// loop (KernelBias.EveryIsaPathGivesTheRowOrderBits).
+// chosen at run time; a block is 64 columns, held in registers over the rows. The blocks share a team only from 2M
+// elements (detail::worth_parallel_columns): below that a team's wake-up under passive waiting cost more than it saved
+// (the small GPT's gradients, 256-1024 columns by 1024 rows, run on the calling thread). Each column is still summed
+// over its rows in row order from +0, and the forward adds one element to one element, so every path, block width and
+// thread count gives the same bits as the serial row-order loop (KernelBias.EveryIsaPathGivesTheRowOrderBits,
+// KernelBias.TeamSharedBlocksGiveTheRowOrderBitsOverManyBinades).
 #include "kernels/cpu/bias.hpp"
 
 // Wide vectors never cross a call boundary here (the helpers are always_inline), so the ABI note GCC emits for
@@ -77,7 +79,7 @@ template <class F, int64_t L, class T>
   template <class T>                                                                                             \
   __VA_ARGS__ void backward_##suffix(const T* dy, float* dbias, int64_t rows, int64_t cols) {                    \
     const int64_t blocks = (cols + kBlock - 1) / kBlock;                                                         \
-    CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel(rows * cols),                          \
+    CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel_columns(rows * cols),                  \
                         backward_block<F, lanes>(dy, dbias, rows, cols, blk * kBlock);)                          \
   }
 

@@ -4,7 +4,9 @@
 // The weight gradient has three paths (issue 39 part 4), like rmsnorm.cpp's: written once over generic vectors, run
 // on the baseline's vectors, AVX2 or AVX-512, chosen at run time. A block is 64 columns whose sums stay in registers
 // over the rows (the `omp simd` loop it replaces ran 4 lanes wide with its sums in memory, 128 columns a block, so a
-// d 256 model's gradient was 2 blocks: one a thread at 2 threads, none for a third). Every column is still summed
+// d 256 model's gradient was 2 blocks: one a thread at 2 threads, none for a third). The blocks share a team only from
+// 512K elements (detail::worth_parallel_columns of 4 operations an element): the small GPT's 1024 x 256 gradient took
+// 1.3x as long on a team under passive waiting as on one thread. Every column is still summed
 // over its rows in row order from +0 with the same operations, without contraction into FMA, so every path, block
 // width and thread count gives the bits of the serial loop
 // (KernelLayerNormWeight.PathsAndThreadCountsGiveTheRowOrderBits).
@@ -126,7 +128,7 @@ template <class F, int64_t L, class T>
   __VA_ARGS__ void backward_weight_##suffix(const T* dy, const T* x, const float* mean, const float* rstd,       \
                                             float* dgamma, float* dbeta, int64_t rows, int64_t cols) {           \
     const int64_t blocks = (cols + kWeightBlock - 1) / kWeightBlock;                                             \
-    CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel(rows * cols),                          \
+    CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel_columns(4 * rows * cols),              \
       backward_weight_block<F, lanes>(dy, x, mean, rstd, dgamma, dbeta, rows, cols, blk * kWeightBlock);)         \
   }
 

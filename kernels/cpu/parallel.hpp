@@ -25,6 +25,19 @@ inline constexpr int64_t kStreamingParallelMinElements = int64_t{1} << 17;
 
 inline bool worth_parallel_streaming(int64_t elements) { return elements >= kStreamingParallelMinElements; }
 
+// A column reduction (a weight gradient: the bias's, LayerNorm's, RMSNorm's; each thread sums whole columns over every
+// row) shares its blocks over the team only from about 2M element-operations (elements times the reduction's work
+// per element: 1 for the bias gradient's add, 2 for RMSNorm's, 4 for LayerNorm's). Below that the team's wake-up
+// under passive waiting (20-40 us on 2 vCPU Zen 4) costs more than the half of the sums it takes: the small peer
+// GPT's bias gradients (1024 rows x 256-1024 columns, 15-135 us on one thread) took 1.2-1.8x as long on a team, its
+// LayerNorm weight gradient (1024 x 256) 1.3x, where the large GPT's (2048 x 1536 and up) took 0.55-0.8x
+// (benchmarks/kernels/column_team_bench.cpp, benchmarks/peers/RESULTS-2026-11-30-n-small-bf16.md).
+inline constexpr int64_t kColumnParallelMinWork = int64_t{1} << 21;
+
+inline bool worth_parallel_columns(int64_t element_operations) {
+  return element_operations >= kColumnParallelMinWork;
+}
+
 // Whether a loop that is worth it (cond) may start a team here: not inside an active parallel region, where a
 // nested region would run on one thread anyway.
 inline bool parallel_here(bool cond) { return cond && !omp_in_parallel(); }

@@ -8,7 +8,9 @@
 // whatever the vector width (one 16-lane vector, two of 8, four of 4), the columns past the last full 16 added
 // to their lanes one by one, then the 16 reduced in a fixed tree; every element-wise expression runs the same
 // IEEE operations in the same order without contraction into FMA (fp-contract=off). So every path gives the same
-// bits (KernelRmsNorm.EveryIsaPathGivesTheSameBits), and the thread count never changes a result.
+// bits (KernelRmsNorm.EveryIsaPathGivesTheSameBits), and the thread count never changes a result. The weight
+// gradient's column blocks share a team only from 1M elements (detail::worth_parallel_columns, 2 operations an
+// element; KernelRmsNormWeight.PathsAndThreadCountsGiveTheRowOrderBitsOverManyBinades).
 //
 // The residual forms (add_rmsnorm_*, a pre-norm block's x1 = x + attn; norm(x1)) run the same row bodies: the sum
 // is written and read back per row (still in L1) and the input gradient's residual is added in the register
@@ -175,7 +177,7 @@ template <class F, int64_t L, class T>
   __VA_ARGS__ void backward_weight_##suffix(const T* dy, const T* x, const float* rstd, float* dweight,          \
                                             int64_t rows, int64_t cols) {                                        \
     const int64_t blocks = (cols + kWeightBlock - 1) / kWeightBlock;                                             \
-    CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel(rows * cols),                          \
+    CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel_columns(2 * rows * cols),              \
       backward_weight_block<F, lanes>(dy, x, rstd, dweight, rows, cols, blk * kWeightBlock);)                    \
   }
 

@@ -7,11 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 
 #include "kernel_test_util.hpp"
+#include "kernels/cpu/parallel.hpp"
 #include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
@@ -107,6 +110,47 @@ TEST(KernelBias, EveryIsaPathGivesTheRowOrderBits) {
       EXPECT_TRUE(same_bits(got16, want16)) << "bf16 dy, " << what;
       EXPECT_TRUE(same_bits(got_y, want_y)) << "forward, " << what;
     });
+  }
+}
+
+
+// Operands over 41 binades (2^-20 to 2^20, either sign): values of one binade would mostly add exactly, and then no
+// change in the order of the additions could be told apart.
+std::vector<float> many_binades(size_t n, uint64_t seed) {
+  return test::random_floats_spanning_binades(n, seed, 41, 0x1p21f);
+}
+
+// Gradients large enough that their column blocks are shared over the team (detail::worth_parallel_columns), odd and
+// block-multiple widths, operands over many binades, an infinity and a NaN in dy: the bits of the row-order loop on
+// every path at 1, 2 and 3 threads (the serial cases are EveryIsaPathGivesTheRowOrderBits').
+TEST(KernelBias, TeamSharedBlocksGiveTheRowOrderBitsOverManyBinades) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{2100, 1000}, {1030, 2049}}) {
+    ASSERT_TRUE(detail::worth_parallel_columns(rows * cols)) << rows << " x " << cols << " would not use the team";
+    auto dy = many_binades(static_cast<size_t>(rows * cols), 11);
+    dy[static_cast<size_t>(5 * cols + 3)] = std::numeric_limits<float>::infinity();
+    dy[static_cast<size_t>(7 * cols + cols - 1)] = std::numeric_limits<float>::quiet_NaN();
+    const auto dy16 = test::narrowed(many_binades(dy.size(), 12));
+    const auto initial = many_binades(static_cast<size_t>(cols), 13);
+    const auto want = row_order_sums(dy, initial, rows, cols);
+    const auto want16 = row_order_sums(test::widened(dy16), initial, rows, cols);
+    EXPECT_TRUE(std::isinf(want[3]) && std::isnan(want[static_cast<size_t>(cols - 1)]));
+    EXPECT_GT(test::l2_norm(want16), 0.0);
+    for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
+      if (!vector_isa_available(isa)) continue;
+      for (int threads : {1, 2, 3}) {
+        const std::string what = "isa " + std::to_string(static_cast<int>(isa)) + ", " + std::to_string(threads) +
+                                 " threads, rows " + std::to_string(rows) + ", cols " + std::to_string(cols);
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        auto got = initial;
+        bias_backward_isa(isa, dy.data(), got.data(), rows, cols);
+        auto got16 = initial;
+        bias_backward_isa(isa, dy16.data(), got16.data(), rows, cols);
+        omp_set_num_threads(saved);
+        EXPECT_TRUE(same_bits(got, want)) << "f32 dy, " << what;
+        EXPECT_TRUE(same_bits(got16, want16)) << "bf16 dy, " << what;
+      }
+    }
   }
 }
 

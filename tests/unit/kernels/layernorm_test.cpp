@@ -10,9 +10,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 
 #include "kernel_test_util.hpp"
+#include "kernels/cpu/parallel.hpp"
 #include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
@@ -184,6 +186,57 @@ TEST(KernelLayerNormWeight, PathsAndThreadCountsGiveTheRowOrderBits) {
       EXPECT_TRUE(same_bits(gamma16, want_gamma16)) << "bf16 dgamma, " << what;
       EXPECT_TRUE(same_bits(beta16, want_beta16)) << "bf16 dbeta, " << what;
     });
+  }
+}
+
+
+// Operands over 41 binades (2^-20 to 2^20, either sign): values of one binade would mostly add exactly, and then no
+// change in the order of the additions could be told apart.
+std::vector<float> many_binades(size_t n, uint64_t seed) {
+  return test::random_floats_spanning_binades(n, seed, 41, 0x1p21f);
+}
+
+// Gradients large enough that their column blocks are shared over the team (detail::worth_parallel_columns), a width
+// with a narrower last block, operands over many binades, an infinity and a NaN in dy: the bits of the row-order loop
+// on every path at 1, 2 and 3 threads, f32 and bf16 operands.
+TEST(KernelLayerNormWeight, TeamSharedBlocksGiveTheRowOrderBitsOverManyBinades) {
+  const int64_t rows = 1030, cols = 520;
+  ASSERT_TRUE(detail::worth_parallel_columns(4 * rows * cols)) << "the shape would not use the team";
+  auto dy = many_binades(static_cast<size_t>(rows * cols), 51);
+  dy[static_cast<size_t>(5 * cols + 3)] = std::numeric_limits<float>::infinity();
+  dy[static_cast<size_t>(7 * cols + cols - 1)] = std::numeric_limits<float>::quiet_NaN();
+  const auto x = many_binades(dy.size(), 52);
+  const auto mean = many_binades(static_cast<size_t>(rows), 53);
+  auto rstd = many_binades(static_cast<size_t>(rows), 54);
+  for (float& v : rstd) v = std::fabs(v);
+  const auto dy16 = test::narrowed(many_binades(dy.size(), 55));
+  const auto x16 = test::narrowed(many_binades(dy.size(), 56));
+  const auto gamma0 = many_binades(static_cast<size_t>(cols), 57);
+  const auto beta0 = many_binades(static_cast<size_t>(cols), 58);
+  auto want_gamma = gamma0, want_beta = beta0;
+  row_order_weight_sums(dy, x, mean, rstd, want_gamma, want_beta, rows, cols);
+  auto want_gamma16 = gamma0, want_beta16 = beta0;
+  row_order_weight_sums(test::widened(dy16), test::widened(x16), mean, rstd, want_gamma16, want_beta16, rows, cols);
+  EXPECT_TRUE(std::isinf(want_beta[3]) && std::isnan(want_beta[static_cast<size_t>(cols - 1)]));
+  EXPECT_GT(test::l2_norm(want_gamma16), 0.0);
+  for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
+    if (!vector_isa_available(isa)) continue;
+    for (int threads : {1, 2, 3}) {
+      const std::string what = "isa " + std::to_string(static_cast<int>(isa)) + ", " + std::to_string(threads) +
+                               " threads";
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      auto gamma = gamma0, beta = beta0, gamma16 = gamma0, beta16 = beta0;
+      layernorm_backward_weight_isa(isa, dy.data(), x.data(), mean.data(), rstd.data(), gamma.data(), beta.data(),
+                                    rows, cols);
+      layernorm_backward_weight_isa(isa, dy16.data(), x16.data(), mean.data(), rstd.data(), gamma16.data(),
+                                    beta16.data(), rows, cols);
+      omp_set_num_threads(saved);
+      EXPECT_TRUE(same_bits(gamma, want_gamma)) << "dgamma, " << what;
+      EXPECT_TRUE(same_bits(beta, want_beta)) << "dbeta, " << what;
+      EXPECT_TRUE(same_bits(gamma16, want_gamma16)) << "bf16 dgamma, " << what;
+      EXPECT_TRUE(same_bits(beta16, want_beta16)) << "bf16 dbeta, " << what;
+    }
   }
 }
 

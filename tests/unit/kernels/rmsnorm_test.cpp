@@ -10,8 +10,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
+#include <string>
 
 #include "kernel_test_util.hpp"
+#include "kernels/cpu/parallel.hpp"
 #include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
@@ -164,6 +167,72 @@ TEST(KernelRmsNorm, OneAndTwoThreadsGiveTheSameBits) {
     omp_set_num_threads(saved);
     expect_same_bits(one, two, "rows " + std::to_string(rows) + ", cols " + std::to_string(cols));
     EXPECT_GT(test::l2_norm(one.dx), 0.0);
+  }
+}
+
+
+// Operands over 41 binades (2^-20 to 2^20, either sign): values of one binade would mostly add exactly, and then no
+// change in the order of the additions could be told apart.
+std::vector<float> many_binades(size_t n, uint64_t seed) {
+  return test::random_floats_spanning_binades(n, seed, 41, 0x1p21f);
+}
+
+// The serial loop the weight gradient's bits are defined by: column c's terms (dy * x) * rstd added in row order from
+// +0, then added to dweight.
+__attribute__((optimize("fp-contract=off"))) void row_order_weight_sums(const std::vector<float>& dy,
+                                                                         const std::vector<float>& x,
+                                                                         const std::vector<float>& rstd,
+                                                                         std::vector<float>& dweight, int64_t rows,
+                                                                         int64_t cols) {
+  for (int64_t c = 0; c < cols; ++c) {
+    float acc = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) acc += dy[r * cols + c] * x[r * cols + c] * rstd[r];
+    dweight[c] += acc;
+  }
+}
+
+// The weight gradient: widths below, at and past the 128-column block, row counts
+// that run serially and (the last shape) on the team, operands over many binades, an infinity and a NaN in dy. Every
+// path at 1, 2 and 3 threads gives the bits of the row-order loop, f32 and bf16 operands.
+TEST(KernelRmsNormWeight, PathsAndThreadCountsGiveTheRowOrderBitsOverManyBinades) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 13}, {9, 63}, {17, 64}, {5, 65}, {300, 127},
+                            {130, 256}, {40, 1000}, {1040, 1010}}) {
+    auto dy = many_binades(static_cast<size_t>(rows * cols), 61);
+    if (rows >= 8) {
+      dy[static_cast<size_t>(5 * cols)] = std::numeric_limits<float>::infinity();
+      dy[static_cast<size_t>(7 * cols + cols - 1)] = std::numeric_limits<float>::quiet_NaN();
+    }
+    const auto x = many_binades(dy.size(), 62);
+    auto rstd = many_binades(static_cast<size_t>(rows), 63);
+    for (float& v : rstd) v = std::fabs(v);
+    const auto dy16 = test::narrowed(many_binades(dy.size(), 64));
+    const auto x16 = test::narrowed(many_binades(dy.size(), 65));
+    const auto start = many_binades(static_cast<size_t>(cols), 66);
+    auto want = start, want16 = start;
+    row_order_weight_sums(dy, x, rstd, want, rows, cols);
+    row_order_weight_sums(test::widened(dy16), test::widened(x16), rstd, want16, rows, cols);
+    if (rows >= 8) {
+      EXPECT_TRUE(std::isinf(want[0]) && std::isnan(want[static_cast<size_t>(cols - 1)]));
+    }
+    EXPECT_GT(test::l2_norm(want16), 0.0);
+    if (rows == 1040) {
+      EXPECT_TRUE(detail::worth_parallel_columns(2 * rows * cols)) << "would not use the team";
+    }
+    for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
+      if (!vector_isa_available(isa)) continue;
+      for (int threads : {1, 2, 3}) {
+        const std::string what = "isa " + std::to_string(static_cast<int>(isa)) + ", " + std::to_string(threads) +
+                                 " threads, rows " + std::to_string(rows) + ", cols " + std::to_string(cols);
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        auto got = start, got16 = start;
+        rmsnorm_backward_weight_isa(isa, dy.data(), x.data(), rstd.data(), got.data(), rows, cols);
+        rmsnorm_backward_weight_isa(isa, dy16.data(), x16.data(), rstd.data(), got16.data(), rows, cols);
+        omp_set_num_threads(saved);
+        EXPECT_TRUE(test::same_bits(got, want)) << "f32, " << what;
+        EXPECT_TRUE(test::same_bits(got16, want16)) << "bf16, " << what;
+      }
+    }
   }
 }
 

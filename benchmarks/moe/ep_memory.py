@@ -24,22 +24,9 @@ import statistics
 import subprocess
 import sys
 
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_WAIT_POLICY="passive")
+from ep_runs import ENV, launcher, layout_sets, rows_per_destination
+
 MIB = 1024.0 * 1024.0
-
-
-def layout_sets(layout):
-    ranks = int(layout[2:])
-    sets = ["parallel.data_parallel_size=%d" % ranks]
-    if layout.startswith("ep"):
-        sets.append("parallel.expert_model_parallel_size=%d" % ranks)
-    return ranks, sets
-
-
-def launcher(ranks):
-    over = ["--oversubscribe"] if ranks > os.cpu_count() else []
-    return ["mpiexec", "-n", str(ranks)] + over + ["--mca", "btl", "self,vader"]
 
 
 def planned(cleave, config, profile, layout, extra=()):
@@ -74,13 +61,7 @@ def routing_figures(metrics):
     per-micro-batch maxima where the build logs them, else from the step's sums (exact at one micro-batch a step)."""
     f_steps, s, p = [], 0.0, 0.0
     for rec in metrics:
-        rows = {}
-        for key, v in rec.items():
-            m = re.match(r"moe_ep_rows_b(\d+)_s(\d+)_d(\d+)$", key)
-            if m:
-                b, d = int(m.group(1)), int(m.group(3))
-                rows.setdefault(b, {}).setdefault(d, 0.0)
-                rows[b][d] += v
+        rows = rows_per_destination(rec)
         if not rows:
             return None
         share = {b: {d: v / statistics.mean(ds.values()) for d, v in ds.items()} for b, ds in rows.items()}

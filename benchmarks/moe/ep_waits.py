@@ -19,31 +19,17 @@ Usage: ep_waits.py CLEAVE OUTDIR --model NAME=CONFIG[@ep4,...] [--model ...] [--
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
 
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_WAIT_POLICY="passive")
+from ep_runs import ENV, launcher, layout_sets, rows_per_destination
+
 KINDS = ["count_exchange", "dispatch", "combine", "dispatch_grad", "combine_grad"]
-
-
-def layout_sets(layout):
-    ranks = int(layout[2:])
-    sets = ["parallel.data_parallel_size=%d" % ranks]
-    if layout.startswith("ep"):
-        sets.append("parallel.expert_model_parallel_size=%d" % ranks)
-    return ranks, sets
 
 
 def locked(lock, cmd):
     return (["flock", lock] if lock else []) + cmd
-
-
-def launcher(ranks):
-    over = ["--oversubscribe"] if ranks > os.cpu_count() else []
-    return ["mpiexec", "-n", str(ranks)] + over + ["--mca", "btl", "self,vader"]
 
 
 def predict(cleave, config, profile, layout, imbalance=None):
@@ -63,13 +49,7 @@ def predict(cleave, config, profile, layout, imbalance=None):
 def busiest_over_mean(record):
     """1 + the mean over blocks of the busiest destination's received rows over the mean, less 1 (one step): the
     imbalance whose waits the step adds up, block by block."""
-    rows = {}
-    for key, v in record.items():
-        m = re.match(r"moe_ep_rows_b(\d+)_s(\d+)_d(\d+)$", key)
-        if m:
-            b, d = int(m.group(1)), int(m.group(3))
-            rows.setdefault(b, {}).setdefault(d, 0.0)
-            rows[b][d] += v
+    rows = rows_per_destination(record)
     if not rows:
         return None
     return 1 + statistics.mean(max(d.values()) / statistics.mean(d.values()) - 1 for d in rows.values())

@@ -3,6 +3,8 @@
 
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "engine/core/input_error.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/ep_rules.hpp"
@@ -32,10 +34,19 @@ partition::EpMemoryImbalance ep_memory_imbalance(const Args& args, std::string_v
                        "{}: {} {} sizes expert parallelism's rows, and model.type {} has no experts (only \"moe\" "
                        "has); drop {}", command, name, value, base.model.type, name);
   }
-  CLEAVE_CHECK_INPUT(m.stash == 0 || m.peak == 0 || m.peak >= m.stash,
-                     "{}: --ep-peak-imbalance {} is below --ep-stash-imbalance {}: the busiest block's rows bound "
-                     "every block's, so their mean too (give P >= S, or 0 for the dropless bound)", command, m.peak,
-                     m.stash);
+  // A flag not given falls back to the config's key (run_plan::ep_memory_figures), so P >= S is checked on the pair
+  // the plan will use, each named by where it came from.
+  const auto effective = [&](double flag, double key, const char* flag_name, const char* key_name) {
+    return flag > 0 ? std::pair{flag, fmt::format("{} {}", flag_name, flag)}
+                    : std::pair{key, fmt::format("the config's {} {}", key_name, key)};
+  };
+  const auto [stash, stash_from] =
+      effective(m.stash, base.parallel.ep_stash_imbalance, "--ep-stash-imbalance", "parallel.ep_stash_imbalance");
+  const auto [peak, peak_from] =
+      effective(m.peak, base.parallel.ep_peak_imbalance, "--ep-peak-imbalance", "parallel.ep_peak_imbalance");
+  CLEAVE_CHECK_INPUT(stash == 0 || peak == 0 || peak >= stash,
+                     "{}: {} is below {}: the busiest block's rows bound every block's, so their mean too (give "
+                     "P >= S, or 0 for the dropless bound)", command, peak_from, stash_from);
   return m;
 }
 

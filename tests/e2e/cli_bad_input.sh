@@ -440,6 +440,10 @@ cmd_error simulate-config-ep-peak-no-experts "simulate --config: --ep-peak-imbal
     simulate --config ck1/config.json --world 1 --ep-peak-imbalance 2
 cmd_error plan-ep-peak-below-stash 'plan: --ep-peak-imbalance 1\.2 is below --ep-stash-imbalance 1\.5' \
     plan "$src/examples/moe/config.json" --world 2 --ep-stash-imbalance 1.5 --ep-peak-imbalance 1.2
+# A flag against the config's key: the pair the plan would use is checked, each named by where it came from.
+cmd_error plan-ep-peak-below-config-stash "plan: --ep-peak-imbalance 1\\.2 is below the config's parallel\\.ep_stash_imbalance 1\\.5" \
+    plan "$src/examples/moe/config.json" --world 2 --set parallel.expert_model_parallel_size=2 \
+    --set parallel.ep_stash_imbalance=1.5 --ep-peak-imbalance 1.2
 cmd_error simulate-stash-limits "simulate: give the auto scheduler's limit once" simulate --schedule auto --stages 2 --microbatches 4 --max-stashes 2 --memory-limit 1MiB --stash-bytes 1024
 cmd_error simulate-config-gather-dtype "simulate --config: --param-gather-dtype 'f16' is f32" simulate --config ck1/config.json --world 1 --param-gather-dtype f16
 [ -e same.json ] && { echo "FAIL same.json was written"; failures=$((failures + 1)); }

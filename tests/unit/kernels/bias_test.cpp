@@ -135,22 +135,16 @@ TEST(KernelBias, TeamSharedBlocksGiveTheRowOrderBitsOverManyBinades) {
     const auto want16 = row_order_sums(test::widened(dy16), initial, rows, cols);
     EXPECT_TRUE(std::isinf(want[3]) && std::isnan(want[static_cast<size_t>(cols - 1)]));
     EXPECT_GT(test::l2_norm(want16), 0.0);
-    for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-      if (!vector_isa_available(isa)) continue;
-      for (int threads : {1, 2, 3}) {
-        const std::string what = "isa " + std::to_string(static_cast<int>(isa)) + ", " + std::to_string(threads) +
-                                 " threads, rows " + std::to_string(rows) + ", cols " + std::to_string(cols);
-        const int saved = omp_get_max_threads();
-        omp_set_num_threads(threads);
-        auto got = initial;
-        bias_backward_isa(isa, dy.data(), got.data(), rows, cols);
-        auto got16 = initial;
-        bias_backward_isa(isa, dy16.data(), got16.data(), rows, cols);
-        omp_set_num_threads(saved);
-        EXPECT_TRUE(same_bits(got, want)) << "f32 dy, " << what;
-        EXPECT_TRUE(same_bits(got16, want16)) << "bf16 dy, " << what;
-      }
-    }
+    test::for_each_isa_path_and_threads([&](VectorIsa isa, int threads) {
+      const std::string what = test::isa_label(isa) + ", " + std::to_string(threads) + " threads, rows " +
+                               std::to_string(rows) + ", cols " + std::to_string(cols);
+      auto got = initial;
+      bias_backward_isa(isa, dy.data(), got.data(), rows, cols);
+      auto got16 = initial;
+      bias_backward_isa(isa, dy16.data(), got16.data(), rows, cols);
+      EXPECT_TRUE(same_bits(got, want)) << "f32 dy, " << what;
+      EXPECT_TRUE(same_bits(got16, want16)) << "bf16 dy, " << what;
+    });
   }
 }
 

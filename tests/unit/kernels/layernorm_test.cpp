@@ -219,25 +219,18 @@ TEST(KernelLayerNormWeight, TeamSharedBlocksGiveTheRowOrderBitsOverManyBinades) 
   row_order_weight_sums(test::widened(dy16), test::widened(x16), mean, rstd, want_gamma16, want_beta16, rows, cols);
   EXPECT_TRUE(std::isinf(want_beta[3]) && std::isnan(want_beta[static_cast<size_t>(cols - 1)]));
   EXPECT_GT(test::l2_norm(want_gamma16), 0.0);
-  for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-    if (!vector_isa_available(isa)) continue;
-    for (int threads : {1, 2, 3}) {
-      const std::string what = "isa " + std::to_string(static_cast<int>(isa)) + ", " + std::to_string(threads) +
-                               " threads";
-      const int saved = omp_get_max_threads();
-      omp_set_num_threads(threads);
-      auto gamma = gamma0, beta = beta0, gamma16 = gamma0, beta16 = beta0;
-      layernorm_backward_weight_isa(isa, dy.data(), x.data(), mean.data(), rstd.data(), gamma.data(), beta.data(),
-                                    rows, cols);
-      layernorm_backward_weight_isa(isa, dy16.data(), x16.data(), mean.data(), rstd.data(), gamma16.data(),
-                                    beta16.data(), rows, cols);
-      omp_set_num_threads(saved);
-      EXPECT_TRUE(same_bits(gamma, want_gamma)) << "dgamma, " << what;
-      EXPECT_TRUE(same_bits(beta, want_beta)) << "dbeta, " << what;
-      EXPECT_TRUE(same_bits(gamma16, want_gamma16)) << "bf16 dgamma, " << what;
-      EXPECT_TRUE(same_bits(beta16, want_beta16)) << "bf16 dbeta, " << what;
-    }
-  }
+  test::for_each_isa_path_and_threads([&](VectorIsa isa, int threads) {
+    const std::string what = test::isa_label(isa) + ", " + std::to_string(threads) + " threads";
+    auto gamma = gamma0, beta = beta0, gamma16 = gamma0, beta16 = beta0;
+    layernorm_backward_weight_isa(isa, dy.data(), x.data(), mean.data(), rstd.data(), gamma.data(), beta.data(),
+                                  rows, cols);
+    layernorm_backward_weight_isa(isa, dy16.data(), x16.data(), mean.data(), rstd.data(), gamma16.data(),
+                                  beta16.data(), rows, cols);
+    EXPECT_TRUE(same_bits(gamma, want_gamma)) << "dgamma, " << what;
+    EXPECT_TRUE(same_bits(beta, want_beta)) << "dbeta, " << what;
+    EXPECT_TRUE(same_bits(gamma16, want_gamma16)) << "bf16 dgamma, " << what;
+    EXPECT_TRUE(same_bits(beta16, want_beta16)) << "bf16 dbeta, " << what;
+  });
 }
 
 }  // namespace

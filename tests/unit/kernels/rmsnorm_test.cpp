@@ -218,21 +218,15 @@ TEST(KernelRmsNormWeight, PathsAndThreadCountsGiveTheRowOrderBitsOverManyBinades
     if (rows == 1040) {
       EXPECT_TRUE(detail::worth_parallel_columns(2 * rows * cols)) << "would not use the team";
     }
-    for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
-      if (!vector_isa_available(isa)) continue;
-      for (int threads : {1, 2, 3}) {
-        const std::string what = "isa " + std::to_string(static_cast<int>(isa)) + ", " + std::to_string(threads) +
-                                 " threads, rows " + std::to_string(rows) + ", cols " + std::to_string(cols);
-        const int saved = omp_get_max_threads();
-        omp_set_num_threads(threads);
-        auto got = start, got16 = start;
-        rmsnorm_backward_weight_isa(isa, dy.data(), x.data(), rstd.data(), got.data(), rows, cols);
-        rmsnorm_backward_weight_isa(isa, dy16.data(), x16.data(), rstd.data(), got16.data(), rows, cols);
-        omp_set_num_threads(saved);
-        EXPECT_TRUE(test::same_bits(got, want)) << "f32, " << what;
-        EXPECT_TRUE(test::same_bits(got16, want16)) << "bf16, " << what;
-      }
-    }
+    test::for_each_isa_path_and_threads([&](VectorIsa isa, int threads) {
+      const std::string what = test::isa_label(isa) + ", " + std::to_string(threads) + " threads, rows " +
+                               std::to_string(rows) + ", cols " + std::to_string(cols);
+      auto got = start, got16 = start;
+      rmsnorm_backward_weight_isa(isa, dy.data(), x.data(), rstd.data(), got.data(), rows, cols);
+      rmsnorm_backward_weight_isa(isa, dy16.data(), x16.data(), rstd.data(), got16.data(), rows, cols);
+      EXPECT_TRUE(test::same_bits(got, want)) << "f32, " << what;
+      EXPECT_TRUE(test::same_bits(got16, want16)) << "bf16, " << what;
+    });
   }
 }
 

@@ -57,8 +57,10 @@ void check_model_rules(const RunConfig& c) {
 }
 
 // parallel.ep_stash_imbalance and ep_peak_imbalance: 0 (the dropless bound) or a rank's rows over the mean, so at
-// least 1 and at most the bound no routing exceeds at the layout's ep (partition::workload_ep_row_bound; 1 at ep 1),
-// the peak (one block's busiest rank) no lower than the stash (a mean over blocks).
+// least 1 and at most the bound no routing exceeds at the layout's ep (partition::workload_ep_row_bound), the peak
+// (one block's busiest rank) no lower than the stash (a mean over blocks). Only under expert parallelism: at ep 1
+// every rank holds every expert and the plan reads neither key (run_plan::ep_memory_figures), so any value there is
+// refused alike, 1 included (as parallel.context_parallel_comm is at cp 1).
 void check_ep_memory_figures(const RunConfig& c) {
   const auto& p = c.parallel;
   if (p.ep_stash_imbalance == 0 && p.ep_peak_imbalance == 0) return;
@@ -71,6 +73,11 @@ void check_ep_memory_figures(const RunConfig& c) {
     if (partition::routed_experts(spec) == 0) {
       refuse(key, "{} sizes expert parallelism's routed rows, and model.type {} has no experts; drop the key (or 0)",
              value, c.model.type);
+    }
+    if (ep == 1) {
+      refuse(key, "{} sizes the routed rows expert parallelism sends a rank, and parallel.expert_model_parallel_size "
+             "is 1 (every rank holds every expert: no rank receives more than its own tokens' rows); set "
+             "expert_model_parallel_size > 1, or remove the key (or 0)", value);
     }
     if (value < 1) {
       refuse(key, "{} is below 1 (a rank's routed rows over the mean rank's); give a value >= 1, or 0 for the "

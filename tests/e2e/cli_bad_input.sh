@@ -120,10 +120,13 @@ bad_input cp-world early 'world size 1 is not divisible by tp\(1\) × cp\(2\) ×
     --set parallel.context_parallel_size=2
 bad_input virtual-stages early 'parallel\.virtual_pipeline_stages: schedule 1f1b runs one stage per rank.*got virtual_stages 3.*set it to 1' \
     --set parallel.virtual_pipeline_stages=3
-# The ep memory figures (parallel.ep_stash_imbalance, ep_peak_imbalance) past the dropless bound (the default model
-# as moe, 8 experts top-2 at ep 1: bound 1), refused while the config is read, naming the key, the bound and the fix.
-bad_input ep-memory-figure early 'parallel\.ep_peak_imbalance: 1\.5 is above the dropless bound 1 = min\(top_k, n_experts / ep\) × ep / top_k at parallel\.expert_model_parallel_size 1 .*give a value in \[1, 1\], or 0 for the bound' \
+# The ep memory figures (parallel.ep_stash_imbalance, ep_peak_imbalance) at ep 1 (the default model as moe, 8 experts
+# top-2): they size nothing there, so any value is refused alike while the config is read, 1 included (accepted once,
+# while 1.5 was refused as past the bound 1), naming the key, the value, the ep size and the fix.
+bad_input ep-memory-figure early 'parallel\.ep_peak_imbalance: 1\.5 sizes the routed rows expert parallelism sends a rank, and parallel\.expert_model_parallel_size is 1 .*set expert_model_parallel_size > 1, or remove the key' \
     --set 'model.type="moe"' --set parallel.ep_peak_imbalance=1.5
+bad_input ep-memory-figure-one early 'parallel\.ep_stash_imbalance: 1 sizes the routed rows expert parallelism sends a rank, and parallel\.expert_model_parallel_size is 1 .*or remove the key' \
+    --set 'model.type="moe"' --set parallel.ep_stash_imbalance=1
 # Over the memory cap: bad input (exit 64, it exited 1 once the world was built, and `cleave run` restarted it), refused
 # before the world; the refusal says how much is activations and what each recompute mode would need (the default
 # model fits 4 MiB only under full recomputation), and points at `cleave plan`.

@@ -120,14 +120,26 @@ TEST(EpConfig, MemoryFiguresAreReadWrittenAndBoundedByTheDroplessBound) {
                {"parallel.ep_stash_imbalance", "0.5 is below 1", "or 0 for the dropless bound 2"});
   expect_error(error_of(kMoe, {ep2, "parallel.ep_stash_imbalance=1.5", "parallel.ep_peak_imbalance=1.25"}),
                {"parallel.ep_peak_imbalance", "1.25 is below parallel.ep_stash_imbalance 1.5"});
-  // ep 1: every rank runs every row, the bound is 1.
-  expect_error(error_of(kMoe, {"parallel.ep_stash_imbalance=1.5"}),
-               {"parallel.ep_stash_imbalance", "above the dropless bound 1", "expert_model_parallel_size 1"});
-  EXPECT_EQ(error_of(kMoe, {"parallel.ep_stash_imbalance=1"}), "");
   expect_error(error_of(R"({"model": {"type": "llama", "d_model": 32, "n_heads": 4}})",
                         {"parallel.ep_peak_imbalance=1.5"}),
                {"parallel.ep_peak_imbalance", "model.type llama has no experts", "drop the key"});
   expect_error(error_of(kMoe, {ep2, "parallel.ep_peak_imbalance=-1"}), {"parallel.ep_peak_imbalance"});
+}
+
+// At ep 1 the keys size nothing (every rank holds every expert; the plan reads neither): any value but 0 is refused
+// alike, 1 included (it was accepted there while 1.5 was refused as above the bound 1), naming the key, the value,
+// expert_model_parallel_size 1 and the fix; 0 (the default) is still accepted.
+TEST(EpConfig, MemoryFiguresAtEpOneAreRefusedWhateverTheirValue) {
+  for (const std::string key : {"parallel.ep_stash_imbalance", "parallel.ep_peak_imbalance"}) {
+    for (const std::string value : {"1", "1.5", "0.5"}) {
+      expect_error(error_of(kMoe, {key + "=" + value}),
+                   {key + ": " + value + " sizes the routed rows expert parallelism sends a rank",
+                    "parallel.expert_model_parallel_size is 1", "set expert_model_parallel_size > 1, or remove the key"});
+      expect_error(error_of(kMoe, {"parallel.expert_model_parallel_size=1", key + "=" + value}), {key, "is 1"});
+    }
+    EXPECT_EQ(error_of(kMoe, {key + "=0"}), "") << key;
+    EXPECT_EQ(error_of(kMoe, {"parallel.expert_model_parallel_size=2", key + "=1"}), "") << key;
+  }
 }
 
 }  // namespace

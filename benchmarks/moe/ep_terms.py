@@ -29,7 +29,7 @@ for path in sys.argv[1:]:
         d = {"ratio": M / p["step_ms"], "step": M - p["step_ms"], "non": non - non_p, "own": own_m - own_p,
              "wait": wait_m - wait_p, "non_ratio": non / non_p, "iqr": iqr, "fwi": t["forward"] + t["input_grad"] + t["weight_grad"]}
         agg.setdefault(r["model"], []).append(d)
-        rows_out.append("| %s | %d | %s | %.1f (%.0f%%) | %.1f | %.2f | %.1f / %.1f (%.2f) | %.1f / %.1f | %.1f / %.1f (%.1f imbalance, %.1f meetings) | %.3f / %.3f |" % (
+        rows_out.append("| %s | %d | %s | %.1f (%.0f%%) | %.1f | %.2f | %.1f / %.1f (%.2f) | %.1f / %.1f | %.1f / %.1f (%.1f imbalance, %.1f peer) | %.3f / %.3f |" % (
             pas, r["round"], r["model"], M, 100 * iqr, p["step_ms"], M / p["step_ms"], non, non_p, non / non_p, own_m, own_p,
             wait_m, wait_p, x.get("imbalance_wait", 0) * n, (x.get("meetings", 0) + x.get("peer_wait", 0)) * n,
             r["measured"]["f_measured"], p["ep_imbalance"]))

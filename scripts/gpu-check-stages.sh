@@ -7,6 +7,7 @@
 #   CHECK_BUNDLE CHECK_BIN      the unpacked bundle (or build tree) and the folder of its binaries
 #   CHECK_MPIRUN                mpirun of the bundle (or the system's, with --build-dir)
 #   CHECK_GPU CHECK_GPU_REASON CHECK_NO_GPU_NOTE   "yes" when a GPU is visible, why (not), and a note for rows
+#   CHECK_GPU_COUNT             the GPUs a process sees (nvidia-smi's, at most CUDA_VISIBLE_DEVICES' entries); 0 without
 #   CHECK_SANITIZER             compute-sanitizer, or empty
 #   CHECK_STAGE_LIMIT           the seconds this stage was given (its own limit or what was left of the budget)
 #   CHECK_STAGE_PART CHECK_STAGE_CAPPED  1 or 2 (a second part runs the tests a first part did not reach); 1 when a
@@ -487,36 +488,52 @@ stage_nccl_watchdog() {
 }
 
 stage_train_layouts() {
-  # gpu_train_test's layouts: pp2 under every schedule, dp2 + ZeRO-1 and tp2 with both ranks on cuda:0 through the
-  # staged MPI world (mpirun -np 2); where 2 or more GPUs are visible, pp2 / dp2 (ZeRO 0-2) / tp2 on two GPUs
-  # through the NCCL world against one GPU rank (mpirun -np 2, one GPU each).
-  local bin="$CHECK_BIN/gpu_train_test" rc=0 st fig st2 fig2 st3=pass fig3 src short
+  # gpu_train_test's layouts: pp2 under every schedule, dp2 + ZeRO 0-3, tp2, cp2 and MoE ep2 with both ranks on
+  # cuda:0 through the staged MPI world (mpirun -np 2). The same layouts over NCCL on two GPUs are nccl-np2's.
+  local bin="$CHECK_BIN/gpu_train_test" rc=0 st fig short
   [[ -x "$bin" ]] || { result fail "gpu_train_test is not in the bundle"; return; }
   if [[ "$CHECK_GPU" != yes ]]; then result skipped "no GPU visible${CHECK_NO_GPU_NOTE}"; return; fi
-  src="$(train_source_dir)"
-  CLEAVE_SOURCE_DIR="$src" mpi_gtest 2 "$CHECK_WORK/gtest-layouts.log" "$CHECK_STAGE" "$bin" \
+  CLEAVE_SOURCE_DIR="$(train_source_dir)" mpi_gtest 2 "$CHECK_WORK/gtest-layouts.log" "$CHECK_STAGE" "$bin" \
     --gtest_filter='GpuTraining.LayoutsOnOneGpu*' || rc=$?
   judge_gtest "$rc" "$CHECK_WORK/gtest-layouts.log"
   read_result
   short="$(ranks_started "$CHECK_WORK/gtest-layouts.log" 2)"
-  st2="$st" fig2="$short$fig"
-  [[ -n "$short" ]] && st2=fail
-  # Two NCCL ranks need two GPUs (one each): run only where the host has them.
-  local gpus
-  gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU [0-9]')"
-  [[ "$gpus" -gt 0 ]] || gpus="$(ls /dev/nvidia[0-9]* 2>/dev/null | wc -l)"
-  if [[ "$gpus" -ge 2 ]]; then
-    rc=0
-    CLEAVE_SOURCE_DIR="$src" mpi_gtest 2 "$CHECK_WORK/gtest-nccl.log" "$CHECK_STAGE.nccl" "$bin" \
-      --gtest_filter='GpuTraining.NcclLayoutsOnTwoGpus*' || rc=$?
-    judge_gtest "$rc" "$CHECK_WORK/gtest-nccl.log"
-    read_result
-    st3="$st" fig3="$fig"
-  else
-    fig3="not run ($gpus GPU visible; 2 NCCL ranks need 2)"
+  if [[ -n "$short" ]]; then result fail "staged np2 on cuda:0: $short$fig"
+  else result "$st" "staged np2 on cuda:0: $fig"; fi
+}
+
+# nccl_np2_part LABEL LOG BIN ARG...: one binary under mpirun -np 2 (one GPU each); sets part_st and part_fig
+nccl_np2_part() {
+  local label="$1" log="$2" rc=0 short st fig
+  shift 2
+  CLEAVE_SOURCE_DIR="$(train_source_dir)" mpi_gtest 2 "$log" "$label" "$@" || rc=$?
+  judge_gtest "$rc" "$log"
+  read_result
+  short="$(ranks_started "$log" 2)"
+  part_st="$st" part_fig="$short$fig"
+  [[ -n "$short" ]] && part_st=fail
+  return 0
+}
+
+stage_nccl_np2() {
+  # Two NCCL ranks, one GPU each (ctest's gpu_comm_test_np2 and gpu_train_test_nccl_np2): gpu_comm_test's collectives,
+  # batch_p2p, all_to_all_v with 0-row blocks and the deterministic reduction between ranks, then gpu_train_test's
+  # NcclLayoutsOnTwoGpus* (pp2, dp2 with ZeRO 0-2, tp2 over the NCCL world against one GPU rank). A host with one GPU
+  # cannot answer either: skipped with the count (the lent machine has one).
+  local comm="$CHECK_BIN/gpu_comm_test" train="$CHECK_BIN/gpu_train_test" part_st part_fig st1 fig1
+  [[ -x "$comm" ]] || { result fail "gpu_comm_test is not in the bundle"; return; }
+  [[ -x "$train" ]] || { result fail "gpu_train_test is not in the bundle"; return; }
+  if [[ "$CHECK_GPU" != yes ]]; then result skipped "no GPU visible${CHECK_NO_GPU_NOTE}"; return; fi
+  if (( ${CHECK_GPU_COUNT:-0} < 2 )); then
+    result skipped "${CHECK_GPU_COUNT:-0} GPU visible; 2 NCCL ranks need 2 (one each)"
+    return
   fi
-  if [[ "$st2" == pass && "$st3" == pass ]]; then result pass "staged np2 on cuda:0: $fig2; nccl np2: $fig3"
-  else result fail "staged np2 on cuda:0: $st2 ($fig2); nccl np2: $st3 ($fig3)"; fi
+  nccl_np2_part "$CHECK_STAGE.comm" "$CHECK_WORK/gtest-nccl-comm.log" "$comm"
+  st1="$part_st" fig1="$part_fig"
+  nccl_np2_part "$CHECK_STAGE.layouts" "$CHECK_WORK/gtest-nccl-layouts.log" "$train" \
+    --gtest_filter='GpuTraining.NcclLayoutsOnTwoGpus*'
+  if [[ "$st1" == pass && "$part_st" == pass ]]; then result pass "gpu_comm_test: $fig1; layouts: $part_fig"
+  else result fail "gpu_comm_test: $st1 ($fig1); layouts: $part_st ($part_fig)"; fi
 }
 
 stage_profile() {
@@ -642,6 +659,7 @@ case "$CHECK_STAGE" in
   test:*) stage_test "${CHECK_STAGE#test:}" ;;
   staged-np1) stage_staged 1 ;;
   staged-np2) stage_staged 2 ;;
+  nccl-np2) stage_nccl_np2 ;;
   nccl-watchdog) stage_nccl_watchdog ;;
   train-layouts) stage_train_layouts ;;
   profile) stage_profile ;;

@@ -14,7 +14,8 @@
 # wheels); nvidia-smi and compute-sanitizer are used when present. No build dependency of the project is needed.
 #
 # Stages, short ones first, so that every stage runs in a first call (the bodies are in scripts/gpu-check-stages.sh;
-# docs/cuda.md describes each): probe, ldd, cpu-reference, gpu-reference, comm, staged-np1, staged-np2, nccl-watchdog,
+# docs/cuda.md describes each): probe, ldd, cpu-reference, gpu-reference, comm, staged-np1, staged-np2, nccl-np2
+# (two GPUs only), nccl-watchdog,
 # kernels, ops-parity, train-1rank, test:<bin> (any other gpu_*_test binary), train-layouts; then the second parts of
 # the test binaries cut at their first-call share; then the measurements: kernel-timing, profile, bench.
 # Each runs in its own process under `timeout` (children included); a failing stage does not stop the next. The run
@@ -45,11 +46,15 @@ stages_sh="$repo/scripts/gpu-check-stages.sh"
 # first part is cut at FIRST seconds and continued after the other test stages (at most LIMIT in all). Short stages
 # first (comm, the one NCCL all-to-all test, no longer waits behind the kernels), the long test binaries capped, the
 # measurements (kernel-timing, profile, bench) last: what they validate, ops-parity has checked already. Half of every
-# FIRST (or LIMIT) is kept in reserve for the stages not yet started; the halves add up to 390 s of the default 400 s
-# budget, so in a first call every stage runs. Other gpu_*_test binaries found in the bundle run as test:<binary>
+# FIRST (or LIMIT) is kept in reserve for the stages not yet started; on a host of one GPU the halves add up to 395 s
+# of the default 400 s budget, so in a first call every stage runs (with two GPUs nccl-np2 runs and adds 40 s: give
+# --budget 440). Other gpu_*_test binaries found in the bundle run as test:<binary>
 # (120:30) after train-1rank.
-plan=(probe:30 ldd:30 cpu-reference:50 gpu-reference:80 comm:90:40 staged-np1:60:30 staged-np2:50 nccl-watchdog:30
-      kernels:150:40 ops-parity:150:40 train-1rank:180:40 train-layouts:90 kernel-timing:60 profile:60 bench:110)
+plan=(probe:30 ldd:30 cpu-reference:50 gpu-reference:80 comm:90:40 staged-np1:60:30 staged-np2:50 nccl-np2:90
+      nccl-watchdog:30 kernels:150:40 ops-parity:150:40 train-1rank:180:40 train-layouts:90 kernel-timing:60 profile:60
+      bench:110)
+# nccl-np2 needs two GPUs (one per NCCL rank); on a host with fewer it only reports so, and its share is this.
+nccl_np2_alone=10
 # The measurements: they run after the second parts of the test binaries.
 late_stages=" kernel-timing profile bench "
 # Binaries with stages of their own (not run again as test:<binary>).
@@ -101,6 +106,7 @@ for l in "${declare_limits[@]}"; do
     || bad_arg "--limit $l: want STAGE=SECONDS[:FIRST]; the stages are: $(stage_names)"
   [[ "$s" =~ ^[0-9]+(:[0-9]+)?$ && "${s%%:*}" -gt 0 ]] || bad_arg "--limit $l: want a number of seconds > 0 after '='"
   limit_of["$n"]="${s%%:*}"
+  [[ "$n" == nccl-np2 ]] && declared_nccl_np2_limit=1
   if [[ "$s" == *:* ]]; then
     [[ "${s#*:}" -gt 0 && "${s#*:}" -le "${s%%:*}" ]] || bad_arg "--limit $l: FIRST must be > 0 and at most SECONDS"
     first_of["$n"]="${s#*:}"
@@ -227,6 +233,20 @@ elif ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
 else
   CHECK_GPU_REASON="no nvidia-smi and no /dev/nvidia0"
 fi
+# The GPUs a process of the check sees: nvidia-smi's count (or /dev/nvidia*), at most CUDA_VISIBLE_DEVICES' entries.
+CHECK_GPU_COUNT=0
+if [[ "$CHECK_GPU" == yes ]]; then
+  CHECK_GPU_COUNT="$(grep -c '^GPU [0-9]' <<<"${smi_list:-}" || true)"
+  [[ "$CHECK_GPU_COUNT" -gt 0 ]] || CHECK_GPU_COUNT="$(find /dev -maxdepth 1 -name 'nvidia[0-9]*' 2>/dev/null | wc -l)"
+  if [[ -n "${CUDA_VISIBLE_DEVICES+set}" ]]; then
+    listed="$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c . || true)"
+    (( listed < CHECK_GPU_COUNT )) && CHECK_GPU_COUNT=$listed
+  fi
+fi
+# With fewer than two, nccl-np2 only reports that: it keeps a short share (unless --limit gave it one).
+if (( CHECK_GPU_COUNT < 2 )) && [[ -n "${limit_of[nccl-np2]:-}" && -z "${declared_nccl_np2_limit:-}" ]]; then
+  limit_of[nccl-np2]=$nccl_np2_alone first_of[nccl-np2]=$nccl_np2_alone
+fi
 CHECK_SANITIZER="$(command -v compute-sanitizer || true)"
 for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
   [[ -z "$CHECK_SANITIZER" && -x "$c" ]] && CHECK_SANITIZER="$c"
@@ -236,7 +256,7 @@ done
 CHECK_LIBSTDCXX="$(ldconfig -p 2>/dev/null | awk '!found && $1 == "libstdc++.so.6" && /x86-64/ { print $NF; found = 1 }' \
                    || true)"
 CHECK_GLIBCXX="$(grep -ao 'GLIBCXX_3\.4\.[0-9]*' "${CHECK_LIBSTDCXX:-/dev/null}" 2>/dev/null | sort -uV | tail -n 1 || true)"
-export CHECK_GPU CHECK_GPU_REASON CHECK_NO_GPU_NOTE CHECK_SANITIZER CHECK_LIBSTDCXX CHECK_GLIBCXX
+export CHECK_GPU CHECK_GPU_REASON CHECK_NO_GPU_NOTE CHECK_GPU_COUNT CHECK_SANITIZER CHECK_LIBSTDCXX CHECK_GLIBCXX
 
 # ==== the report: summary.txt and gtest.xml, rewritten before and after every stage ===============================
 rows=()     # finished, skipped or unfinished stages: "name|status|secs|figure" (a second part replaces its row)

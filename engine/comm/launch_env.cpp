@@ -1,6 +1,7 @@
 // Launcher environment parsing: world place (checked against MPI), local rank, device (launch_env.hpp).
 #include "engine/comm/launch_env.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <string>
 #include <cstdlib>
@@ -24,7 +25,7 @@ struct Source {
 constexpr Source kSources[] = {
     {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
     {"MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
-    {"SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+    {"SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"},
 };
 
 std::optional<int> parse_count(const EnvLookup& env, const char* name) {
@@ -36,6 +37,48 @@ std::optional<int> parse_count(const EnvLookup& env, const char* name) {
   CLEAVE_CHECK(ec == std::errc() && ptr == end && value >= 0,
                "environment variable {}='{}' is not a non-negative integer", name, *text);
   return value;
+}
+
+// A plain non-negative integer; nullopt for anything else.
+std::optional<int> plain_count(std::string_view text) {
+  int value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end || value < 0) return std::nullopt;
+  return value;
+}
+
+// SLURM_STEP_TASKS_PER_NODE ("4", "4(x2)", "2(x3),1": the step's tasks on each of its nodes, in node order) expanded
+// into one count per node; empty when it does not parse.
+std::vector<int> expand_tasks_per_node(std::string_view text) {
+  std::vector<int> counts;
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    std::optional<int> repeat = 1;
+    if (const std::size_t open = item.find("(x"); open != std::string_view::npos && item.back() == ')') {
+      repeat = plain_count(item.substr(open + 2, item.size() - open - 3));
+      item = item.substr(0, open);
+    }
+    const std::optional<int> count = plain_count(item);
+    if (!count || *count == 0 || !repeat || *repeat == 0 || counts.size() + static_cast<std::size_t>(*repeat) > 65536) {
+      return {};
+    }
+    counts.insert(counts.end(), static_cast<std::size_t>(*repeat), *count);
+  }
+  return counts;
+}
+
+// The tasks of this srun step on this node, from SLURM_STEP_TASKS_PER_NODE (every srun task has it;
+// SLURM_NTASKS_PER_NODE is set only by --ntasks-per-node and is a bound, not a count): the one count when every node
+// has it, else this node's by SLURM_NODEID (the node's place in the step); 0 when that cannot be told.
+int slurm_tasks_on_node(const EnvLookup& env) {
+  const std::vector<int> counts = expand_tasks_per_node(env("SLURM_STEP_TASKS_PER_NODE").value_or(""));
+  if (counts.empty()) return 0;
+  if (std::all_of(counts.begin(), counts.end(), [&](int c) { return c == counts.front(); })) return counts.front();
+  const std::optional<int> node = plain_count(env("SLURM_NODEID").value_or(""));
+  return node && static_cast<std::size_t>(*node) < counts.size() ? counts[static_cast<std::size_t>(*node)] : 0;
 }
 
 }  // namespace
@@ -50,20 +93,16 @@ EnvLookup process_env() {
 
 std::optional<LocalRank> local_rank_from_env(const EnvLookup& env) {
   for (const Source& source : kSources) {
+    const bool slurm = std::string_view(source.rank_var) == "SLURM_LOCALID";
+    // A batch script's own environment holds SLURM_LOCALID=0 (and SLURM_NTASKS_PER_NODE of the allocation): only a
+    // task srun started (SLURM_STEP_NUM_TASKS set) is placed by SLURM.
+    if (slurm && !env("SLURM_STEP_NUM_TASKS")) continue;
     std::optional<int> rank = parse_count(env, source.rank_var);
     if (!rank) continue;
     LocalRank out;
     out.local_rank = *rank;
     out.source = source.rank_var;
-    // SLURM_NTASKS_PER_NODE may read "4(x2)" on heterogeneous allocations; only a plain count is used.
-    std::optional<std::string> size_text = env(source.size_var);
-    int size = 0;
-    if (size_text) {
-      const char* end = size_text->data() + size_text->size();
-      auto [ptr, ec] = std::from_chars(size_text->data(), end, size);
-      if (ec != std::errc() || ptr != end) size = 0;
-    }
-    out.local_size = size;
+    out.local_size = slurm ? slurm_tasks_on_node(env) : plain_count(env(source.size_var).value_or("")).value_or(0);
     return out;
   }
   return std::nullopt;

@@ -17,9 +17,13 @@
 // Which variable says "this process's index on its node", by launcher:
 //   Open MPI mpirun/mpiexec (also Azure ML's "Mpi" distribution)  OMPI_COMM_WORLD_LOCAL_RANK / _LOCAL_SIZE
 //   MPICH / Intel MPI (Hydra)                                    MPI_LOCALRANKID / MPI_LOCALNRANKS
-//   SLURM srun (srun --mpi=pmix)                                 SLURM_LOCALID / SLURM_NTASKS_PER_NODE
+//   SLURM srun (srun --mpi=pmix)                                 SLURM_LOCALID / SLURM_STEP_TASKS_PER_NODE
 // They are read in that order: under `mpirun` inside an sbatch allocation SLURM_LOCALID belongs to the batch
-// step and is the same (0) in every rank, so the MPI launcher's own variable must win. When no variable is
+// step and is the same (0) in every rank, so the MPI launcher's own variable must win. The SLURM pair counts only
+// in a task srun started (SLURM_STEP_NUM_TASKS set), as for the world place: a batch script's own SLURM_LOCALID=0
+// and SLURM_NTASKS_PER_NODE (set by --ntasks-per-node, a bound) describe no launch. The node's task count is its
+// entry of SLURM_STEP_TASKS_PER_NODE ("4(x2)", "2,1"; by SLURM_NODEID when the nodes' counts differ), which srun
+// sets in every task (SLURM_NTASKS_PER_NODE only with --ntasks-per-node). When no variable is
 // set, or the values are inconsistent (two ranks on one host claim the same local rank), the local rank is
 // the position of the rank among the ranks with the same host name (an allgather of host names, done by the
 // MPI code that calls resolve_local_rank).

@@ -3,7 +3,8 @@
 # packages, a generated slurm.conf, ports and state in a temporary directory, nothing in /etc touched), then
 # `srun --mpi=pmix -n 4 cleave train` a dp2 x pp2 run. The ranks learn their places from the launcher (PMIx
 # world rank and size, SLURM_PROCID / SLURM_LOCALID); the run must match the same run under mpiexec loss for
-# loss (deterministic mode: bit for bit). Exits 77 (ctest: skipped) with the reason when the packages are
+# loss (deterministic mode: bit for bit); a model no host holds is refused naming the node's 4 tasks (srun's
+# SLURM_STEP_TASKS_PER_NODE). Exits 77 (ctest: skipped) with the reason when the packages are
 # absent: `scripts/install-deps.sh --with-slurm` installs them. Daemons are stopped on every exit path.
 # Usage: slurm_launch.sh CLEAVE MPIEXEC [FLAGS...]
 set -u
@@ -108,6 +109,15 @@ for r in 0 1 2 3; do grep -q "task $r/4 local $r pmix $r" srun.log || fail "srun
 diff <(losses mpirun) <(losses srun) > /dev/null || { paste <(losses mpirun) <(losses srun); fail "srun losses differ from mpiexec's"; }
 echo "ok   srun --mpi=pmix -n 4 (dp2 x pp2) on a private slurmctld/slurmd: 12 losses bit-identical to mpiexec's (${srun_s%.*} s)"
 grep -m 1 "cleave:" srun.log
+
+# The node's tasks from srun's own variables (SLURM_STEP_TASKS_PER_NODE; srun sets SLURM_NTASKS_PER_NODE only with
+# --ntasks-per-node): a model no host holds is refused before any work, naming the 4 ranks on this host (a rank that
+# counted itself alone on the node said "the 1 rank", and sized its threads and memory share for a node of its own).
+timeout 120 srun --mpi=pmix -n 4 --overcommit "$cleave" train tiny.json --set model.d_model=65536 \
+  --set model.n_layers=1024 --set model.n_heads=64 --set train.out_dir=big > big.log 2>&1 \
+  && fail "srun: a model no host holds was not refused"
+grep -q "memory: the 4 ranks on this host need" big.log || { tail -n 5 big.log; fail "srun: the refusal does not name the 4 ranks on this host"; }
+echo "ok   srun --mpi=pmix -n 4: each task counts the node's 4 tasks (a model no host holds is refused naming them)"
 
 # cleave run inside an allocation (docs/multi-rank.md, "Recovery"): salloc grants 4 tasks and the supervisor starts
 # `srun --mpi=pmix --kill-on-bad-exit=1 -n N` itself. Rank 3 SIGKILLs itself at step 5 (CLEAVE_FAULT_INJECT_1, the

@@ -18,6 +18,9 @@
 #     "stopped") and the hung stage's log in log.txt, kills the stage's processes and exits 143
 #   - set-up: a host whose ldconfig lists no libstdc++ still runs its stages; a set-up that fails (a broken
 #     bundle) leaves summary.txt naming the failed command
+#   - the stages' order (comm, staged-np1, staged-np2, nccl-np2 before the long test binaries); nccl-np2 skipped with
+#     the count on one GPU (or CUDA_VISIBLE_DEVICES naming one), and with two: gpu_comm_test, then the NCCL layouts,
+#     each under mpirun -np 2
 # Usage: gpu_check_driver.sh REPO_ROOT   (exit 0 when every check passes; prints what failed otherwise)
 set -uo pipefail
 root="$(cd "${1:?usage: gpu_check_driver.sh REPO_ROOT}" && pwd)"
@@ -123,8 +126,11 @@ echo '{}' >"$build/reference/tiny/config.json"
 printf '%s\n' --set train.out_dir=@OUT_DIR@ >"$build/reference/tiny/args.txt"
 cat >"$fakes/nvidia-smi" <<'EOF'
 #!/bin/sh
-# Lists one GPU; any query gets one CSV line.
-case "$*" in -L) echo "GPU 0: Fake GPU (UUID: GPU-00000000)" ;; *) echo "Fake GPU, 0.0, 9.0" ;; esac
+# Lists FAKE_GPUS GPUs (default one); any query gets one CSV line.
+case "$*" in
+  -L) i=0; while [ "$i" -lt "${FAKE_GPUS:-1}" ]; do echo "GPU $i: Fake GPU (UUID: GPU-0000000$i)"; i=$((i + 1)); done ;;
+  *) echo "Fake GPU, 0.0, 9.0" ;;
+esac
 EOF
 cat >"$fakes/compute-sanitizer" <<'EOF'
 #!/bin/sh
@@ -153,6 +159,9 @@ run_check "$tmp/o1" --only probe,nonsense
 if [[ $rc -eq 2 ]] && grep -q "unknown stage 'nonsense' in --only; the stages are: probe ldd" "$tmp/o1.stdout"; then
   ok "--only with an unknown stage: exit 2 naming it and the stages"
 else bad "--only nonsense: exit $rc (want 2)"; sed 's/^/     | /' "$tmp/o1.stdout"; fi
+expect_grep "the stages' order: the comm stages (one rank, staged, two NCCL ranks) before the long test binaries" \
+  'the stages are: probe ldd cpu-reference gpu-reference comm staged-np1 staged-np2 nccl-np2 nccl-watchdog kernels ' \
+  "$tmp/o1.stdout"
 run_check "$tmp/o1b" --only test:gpu_missing_test
 if [[ $rc -eq 2 ]] && grep -q "stage 'test:gpu_missing_test' in --only: no such test binary" "$tmp/o1b.stdout" &&
    grep -q "bad arguments (exit 2): stage 'test:gpu_missing_test' in --only" "$tmp/o1b/summary.txt"; then
@@ -268,6 +277,27 @@ bash "$check" --bundle "$tmp/broken.tar.gz" "$tmp/o10" >"$tmp/o10.stdout" 2>&1 |
 [[ $rc -ne 0 ]] && ok "set-up: a broken bundle ends the check ($rc)" || bad "set-up: a broken bundle exited 0"
 expect_grep "set-up: the failed command is in summary.txt" 'set-up failed \(exit [0-9]+\) at scripts/gpu-check.sh line [0-9]+: tar ' \
   "$tmp/o10/summary.txt"
+
+# ---- 10. nccl-np2: two NCCL ranks need two GPUs; with them gpu_comm_test, then the NCCL layouts, under mpirun -np 2 --------
+cp "$build/tests/gpu_cuda_test" "$build/tests/gpu_comm_test"
+cp "$build/tests/gpu_cuda_test" "$build/tests/gpu_train_test"
+run_check "$tmp/o11" --only nccl-np2
+expect_grep "nccl-np2 on one GPU: skipped with the count" '^nccl-np2 +skipped +[0-9]+ +1 GPU visible; 2 NCCL ranks need 2' \
+  "$tmp/o11/summary.txt"
+expect_grep "nccl-np2 on one GPU: a short share" '^======== stage nccl-np2 \(limit +10s\)' "$tmp/o11/log.txt"
+[[ ! -s "$FAKE_CALLS" ]] && ok "nccl-np2 on one GPU: no binary ran" || bad "nccl-np2 on one GPU ran: $(cat "$FAKE_CALLS")"
+FAKE_GPUS=2 run_check "$tmp/o12" --only nccl-np2
+expect_grep "nccl-np2 on two GPUs: both binaries on 2 ranks pass" \
+  '^nccl-np2 +pass .*gpu_comm_test: 3 passed, 0 skipped of 3; layouts: 3 passed, 0 skipped of 3$' "$tmp/o12/summary.txt"
+expect_grep "nccl-np2 on two GPUs: its 90 s limit" '^======== stage nccl-np2 \(limit +90s\)' "$tmp/o12/log.txt"
+calls="$(sort "$FAKE_CALLS" | uniq -c | awk '{ $1 = $1; print }' | paste -sd ';' -)"
+[[ "$calls" == "2 gpu_comm_test <all>;2 gpu_train_test GpuTraining.NcclLayoutsOnTwoGpus*" ]] \
+  && ok "nccl-np2 on two GPUs: gpu_comm_test, then the NCCL layouts, each on 2 ranks" \
+  || bad "nccl-np2 on two GPUs: calls '$calls'"
+expect_grep "nccl-np2 on two GPUs: gpu_comm_test before the layouts" '^gpu_comm_test' <(sed -n 1p "$FAKE_CALLS")
+FAKE_GPUS=2 CUDA_VISIBLE_DEVICES=1 run_check "$tmp/o13" --only nccl-np2
+expect_grep "nccl-np2: CUDA_VISIBLE_DEVICES=1 of two GPUs is one" '^nccl-np2 +skipped .*1 GPU visible' "$tmp/o13/summary.txt"
+rm -f "$build/tests/gpu_comm_test" "$build/tests/gpu_train_test"
 
 if [[ $fails -gt 0 ]]; then echo "FAIL: $fails check(s) of scripts/gpu-check.sh's driver failed" >&2; exit 1; fi
 echo "ok   scripts/gpu-check.sh driver: every check passed"

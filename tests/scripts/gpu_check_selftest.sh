@@ -12,7 +12,7 @@ bash "$root/scripts/gpu-check.sh" --build-dir "$build" --no-gpu "$out" || rc=$?
 fails=0
 if [[ $rc -ne 0 ]]; then echo "FAIL gpu-check.sh exited $rc (want 0)"; fails=1; fi
 want=(probe:pass ldd:pass cpu-reference:skipped gpu-reference:skipped comm:skipped staged-np1:pass staged-np2:pass
-      nccl-watchdog:skipped kernels:skipped ops-parity:skipped train-1rank:skipped train-layouts:skipped
+      nccl-np2:skipped nccl-watchdog:skipped kernels:skipped ops-parity:skipped train-1rank:skipped train-layouts:skipped
       kernel-timing:skipped profile:skipped bench:skipped)
 got="$(awk '/^stage +status +secs/ { table = 1; next } /^total / { table = 0 } table { print $1 ":" $2 }' \
        "$out/summary.txt" 2>/dev/null | tr '\n' ' ')"

@@ -37,10 +37,11 @@ TEST(LaunchEnv, HydraThenSlurm) {
   ASSERT_TRUE(hydra);
   EXPECT_EQ(hydra->local_rank, 2);
   EXPECT_EQ(hydra->source, "MPI_LOCALRANKID");
-  auto slurm = local_rank_from_env(env_of({{"SLURM_LOCALID", "5"}, {"SLURM_NTASKS_PER_NODE", "4(x2)"}}));
+  auto slurm = local_rank_from_env(
+      env_of({{"SLURM_LOCALID", "5"}, {"SLURM_STEP_NUM_TASKS", "12"}, {"SLURM_STEP_TASKS_PER_NODE", "6(x2)"}}));
   ASSERT_TRUE(slurm);
   EXPECT_EQ(slurm->local_rank, 5);
-  EXPECT_EQ(slurm->local_size, 0);  // not a plain count
+  EXPECT_EQ(slurm->local_size, 6);
   EXPECT_EQ(slurm->source, "SLURM_LOCALID");
   EXPECT_FALSE(local_rank_from_env(env_of({})));
 }
@@ -52,7 +53,7 @@ TEST(LaunchEnv, MalformedValueNamesTheVariable) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("OMPI_COMM_WORLD_LOCAL_RANK='two'"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(local_rank_from_env(env_of({{"SLURM_LOCALID", "-1"}})), Error);
+  EXPECT_THROW(local_rank_from_env(env_of({{"SLURM_LOCALID", "-1"}, {"SLURM_STEP_NUM_TASKS", "2"}})), Error);
 }
 
 TEST(LaunchEnv, ConsistentClaimsAreUsed) {

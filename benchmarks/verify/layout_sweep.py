@@ -362,8 +362,13 @@ def triage(args):
 
 # --smoke: draws of the default seed that together cover what no other test composes (chosen from
 # RESULTS-2026-12-01-h-layout-sweep.md's run): each must pass `cleave verify`, or be refused as the docs say it is.
-SMOKE_PASS = []
-SMOKE_REFUSED = []
+# 425 moe cp2 ring x pp2 dualpipev + moe_a2a_overlap, ep2, ZeRO-1 outside deterministic mode; 72 moe cp2 all_to_all
+# ep2 ZeRO-3 AdamW; 140 moe tp2 sp x pp2 1f1b ZeRO-2, gated shared experts, sigmoid router; 47 llama sliding window
+# pp2 zb_h1 x dp2 ZeRO-1; 322 gpt pp4 auto ZeRO-3 AdamW; 256 moe pp3 interleaved_1f1b; 51 moe dp4 ep4 ZeRO-3 AdamW;
+# 246 gpt pp2 gpipe ZeRO-3 full recomputation; 269 llama pp2 zb_v AdamW; 108 moe pp2 zb_h2 ZeRO-2 per micro-batch;
+# 395 llama tp4 sp ZeRO-3; 112 cp4 ring. Refused: 338 (12 stages of 6 blocks), 87 (dualpipev with 1 micro-batch).
+SMOKE_PASS = [425, 72, 140, 47, 322, 256, 51, 246, 269, 108, 395, 112]
+SMOKE_REFUSED = [338, 87]
 
 
 def smoke(args):

@@ -18,7 +18,10 @@ Draws are not filtered by validity: an invalid one is the engine's config checks
 seed s is the same configuration on every machine and in every run (`--only i` replays it).
 
 Usage: layout_sweep.py --cleave build/bin/cleave [--count N] [--seed S] [--timeout T] [--out FILE.jsonl]
+       layout_sweep.py --cleave ... --triage FILE.jsonl   (replays each mismatch: triage_replay)
        layout_sweep.py --summary FILE.jsonl      (counts per feature and outcome, the failures and refusals)
+       layout_sweep.py --cleave ... --only I [--override key.path=JSON ...] [--steps N]   (reduce one draw)
+       layout_sweep.py --cleave ... --smoke      (the fixed handful ctest's e2e_layout_sweep_smoke runs)
 Python 3 standard library only.
 """
 import argparse

@@ -172,9 +172,10 @@ void check_schedule(const ParallelConfig& p) {
     try {
       pipeline::check_virtual_stages(p.schedule, p.virtual_pipeline_stages);
     } catch (const Error& e) {
+      // zb_v and dualpipev run exactly 2 (the sweep found the message naming interleaved_1f1b alone at 2).
       refuse("parallel.virtual_pipeline_stages", "{} (parallel.schedule \"{}\"); set it to 1 (the schedule's default) "
-             "or choose a schedule that runs {} stages per rank (interleaved_1f1b)", e.what(), p.schedule,
-             p.virtual_pipeline_stages);
+             "or choose a schedule that runs {} stages per rank ({})", e.what(), p.schedule, p.virtual_pipeline_stages,
+             p.virtual_pipeline_stages == 2 ? "interleaved_1f1b, zb_v or dualpipev" : "interleaved_1f1b");
     }
   }
   const auto only_with_auto = [&](std::string_view key, bool set) {

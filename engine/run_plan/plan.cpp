@@ -131,10 +131,15 @@ std::string auto_schedule_key(int pp, int num_microbatches, const pipeline::Auto
 }
 
 void check_stage_count(std::int64_t num_stages, int pp, int v, std::size_t num_blocks) {
+  // Each stage runs at least one block. The message names the keys: parallel.virtual_pipeline_stages 1 means the
+  // schedule's default, 2 for the two-chunk schedules, so "virtual stages 2" alone did not say where the 2 came from.
   CLEAVE_CHECK(static_cast<std::size_t>(num_stages) <= num_blocks,
                "parallel: {} pipeline stages (pipeline_model_parallel_size {} x virtual stages {}) but the model "
-               "has only {} blocks; use fewer stages or a deeper model",
-               num_stages, pp, v, num_blocks);
+               "has only {} blocks (a language model's: its embedding, the model.n_layers transformer blocks, final "
+               "norm, head and loss) and each stage needs at least one; use pipeline_model_parallel_size x virtual "
+               "stages <= {} (parallel.virtual_pipeline_stages, whose 1 means the schedule's default: 2 for "
+               "interleaved_1f1b, zb_v and dualpipev) or a model {} blocks deeper (model.n_layers)",
+               num_stages, pp, v, num_blocks, num_blocks, static_cast<std::size_t>(num_stages) - num_blocks);
 }
 
 // The compute schedule (validated) and its lowered form. A named schedule or `auto` is checked as its builder

@@ -117,6 +117,9 @@ VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& 
                            std::optional<run_plan::Plan> layout_plan) {
   VerifyReport report;
   report.adamw = config.optimizer.type == config::OptimizerType::kAdamw;
+  const partition::ModelSpec spec = run_plan::model_spec(config.model);
+  report.routed = std::any_of(spec.blocks.begin(), spec.blocks.end(),
+                              [](const partition::BlockSpec& b) { return b.n_experts > b.top_k; });
   config::RunConfig resolved = config;
   resolved.resolve(world.size());
   const Run layout = run(resolved, world, false, std::move(layout_plan));
@@ -175,17 +178,29 @@ double closeness(const ParamDifference& d, const VerifyOptions& options, const V
 
 // The precision twin's lines: what it is, the factor, the tensor closest to its tolerance.
 std::string format_rounding(const RoundingFloor& r, const std::vector<ParamDifference>& params) {
-  double worst = 0;
-  std::string name = "-";
+  // A tensor the fp32 run ends exactly on the reference has no finite ratio: name it with its difference instead of
+  // dividing by zero (which printed 1e+297 x).
+  double worst = 0, unbounded = 0;
+  std::string name = "-", unbounded_name;
   for (const ParamDifference& d : params) {
-    const double ratio = d.max_abs / std::max(r.max_abs.count(d.name) ? r.max_abs.at(d.name) : 0.0, 1e-300);
-    if (d.max_abs > 0 && ratio > worst) worst = ratio, name = d.name;
+    const double twin = r.max_abs.count(d.name) ? r.max_abs.at(d.name) : 0.0;
+    if (d.max_abs <= 0) continue;
+    if (twin <= 0) {
+      if (d.max_abs > unbounded) unbounded = d.max_abs, unbounded_name = d.name;
+    } else if (d.max_abs / twin > worst) {
+      worst = d.max_abs / twin, name = d.name;
+    }
   }
+  const std::string largest =
+      unbounded_name.empty()
+          ? fmt::format("{:.3g} x ({})", worst, name)
+          : fmt::format("unbounded ({} ends {:.3g} from the reference, where the fp32 run ends on it exactly)",
+                        unbounded_name, unbounded);
   return fmt::format(
       "bf16 rounding per tensor: the reference run again with {} ends each tensor as far from it as bf16's roundings "
       "move it (\"vs fp32\"); a tensor also passes within {:.3g} x that (--noise-multiple x sqrt((tp + 2) / 2) at tp > "
-      "1): the layout's largest is {:.3g} x ({}); the fp32 run's losses differ by up to {:.3g}\n",
-      r.twin, r.factor, worst, name, r.loss);
+      "1): the layout's largest is {}; the fp32 run's losses differ by up to {:.3g}\n",
+      r.twin, r.factor, largest, r.loss);
 }
 
 // The twins' lines: what they are, each pair's largest, the floor, the tolerance a tensor gets from it.
@@ -253,9 +268,17 @@ std::string format_report(const VerifyReport& report, const VerifyOptions& optio
                      report.passed ? "PASS" : "FAIL");
   const bool only_params = report.max_loss_difference <= options.loss_tolerance && !report.params_within;
   if (!report.passed && only_params && (report.floor || report.rounding)) {
+    // A router's choice is discrete: a score the layout's roundings move across a near-tie sends a token to another
+    // expert, which no reordering of the reference need do (benchmarks/verify/RESULTS-2026-12-01-h-layout-sweep.md).
+    const std::string routed =
+        report.routed ? "; or a router near-tie that the layout's roundings tip, sending a token to another expert (and "
+                        "moving a sigmoid router's selection bias by its sign rule): check that with --set "
+                        "model.forced_routing=uniform, which fixes the experts and keeps the arithmetic"
+                      : "";
     out += "the losses agree and some parameters do not, by more than the same run differs from itself with its sums in "
            "another order: not rounding (a wrong gradient or update on those tensors), unless the layout rounds more "
-           "often than the reference; compare with --set optimizer.type=sgd (docs/multi-rank.md)\n";
+           "often than the reference" + routed + "; compare with --set " +
+           (report.adamw ? "optimizer.type=sgd" : "device.precision=fp32") + " (docs/multi-rank.md)\n";
   } else if (!report.passed && only_params && report.adamw) {
     out += "the losses agree and some parameters do not: with AdamW a parameter whose gradient is near zero (a query "
            "bias in bf16, a rarely routed expert) turns rounding noise into lr-sized steps, so a correct layout can differ "

@@ -44,6 +44,7 @@ struct VerifyReport {
   bool params_within = false;           // every tensor within --param-tolerance or the floor's tolerance
   bool passed = false;                  // losses and tensors within, null slices within their bound (world rank 0)
   bool adamw = false;                   // the run's optimizer is AdamW (format_report's hint)
+  bool routed = false;                  // a block routes each token to top_k of more experts (format_report's hint)
 };
 
 // The single-rank configuration equivalent to a resolved `config` (same model, data, seed, global and

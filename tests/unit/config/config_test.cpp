@@ -289,6 +289,13 @@ TEST(Config, CrossKeyChecksNameBothKeys) {
   expect_error(R"({"parallel": {"partition": {"blocks_per_stage": [3]}}})", {"blocks_per_stage", "manual"});
   expect_error(R"({"parallel": {"partition": {"method": "manual"}}})", {"blocks_per_stage", "required"});
   expect_error(R"({"parallel": {"schedule": "1fb1"}})", {"parallel.schedule", "\"1fb1\"", "did you mean \"1f1b\"?"});
+  // Virtual stages a one-chunk schedule cannot run: at 2 every two-chunk schedule is named, at 3 the one that runs 3
+  // (benchmarks/verify/layout_sweep.py found 2 answered with interleaved_1f1b alone).
+  expect_error(R"({"parallel": {"schedule": "zb_h1", "virtual_pipeline_stages": 2}})",
+               {"parallel.virtual_pipeline_stages", "schedule zb_h1 runs one stage per rank",
+                "runs 2 stages per rank (interleaved_1f1b, zb_v or dualpipev)"});
+  expect_error(R"({"parallel": {"schedule": "gpipe", "virtual_pipeline_stages": 3}})",
+               {"parallel.virtual_pipeline_stages", "runs 3 stages per rank (interleaved_1f1b)"});
   expect_error(R"({"data": {"type": "text"}})", {"data.path", "required", "text"});
   expect_error(R"({"data": {"type": "text", "path": "x.txt"}, "model": {"vocab_size": 100}})",
                {"model.vocab_size", "100", "256"});

@@ -2,7 +2,8 @@
 // says why a correct layout can fail there and how to check it instead; no such line otherwise. With a bf16 floor the
 // table shows each tensor's difference against its movement, the floor line names the twin and the tolerance, and a
 // failure beyond it says it is not rounding. The default loss tolerance: fp32 1e-5; bf16 u / sqrt(tokens), times the
-// rounding factor of tensor parallelism's bf16 partial sums.
+// rounding factor of tensor parallelism's bf16 partial sums. The precision twin's line and a bf16 failure's hint on
+// models that route tokens to experts.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -98,6 +99,47 @@ TEST(VerifyReport, Bf16FloorIsShownAndAFailureBeyondItIsNotRounding) {
   const std::string failed = format_report(r, options);
   EXPECT_NE(failed.find("by more than the same run differs from itself"), std::string::npos) << failed;
   EXPECT_EQ(failed.find(kHint), std::string::npos) << failed;
+}
+
+// A tensor the precision twin leaves exactly on the reference (a sigmoid router's selection bias, moved by the sign
+// of an expert's load) has no finite ratio to it: the line names the tensor and its difference instead of dividing by
+// zero (found by benchmarks/verify/layout_sweep.py: "the layout's largest is 1e+297 x").
+TEST(VerifyReport, PrecisionTwinLineNamesATensorTheFp32RunLeavesOnTheReference) {
+  VerifyOptions options;
+  VerifyReport r = report_of(2e-6, 1.0, false);
+  r.params = {{"blocks.1.moe.router.bias", 4, 1e-3, 1.0}, {"embed.token", 1024, 7.6e-5, 1.1e-3}};
+  r.rounding = RoundingFloor{"device.precision fp32 instead of bf16",
+                             {{"blocks.1.moe.router.bias", 0.0}, {"embed.token", 7.7e-5}}, 4.24, 1e-5};
+  const std::string with_zero = format_report(r, options);
+  EXPECT_EQ(with_zero.find("e+29"), std::string::npos) << with_zero;
+  EXPECT_NE(with_zero.find("the layout's largest is unbounded (blocks.1.moe.router.bias ends 0.001 from the reference, "
+                           "where the fp32 run ends on it exactly)"),
+            std::string::npos) << with_zero;
+  r.params.erase(r.params.begin());
+  const std::string finite = format_report(r, options);
+  EXPECT_NE(finite.find("the layout's largest is 0.987 x (embed.token)"), std::string::npos) << finite;
+}
+
+// A bf16 failure on the parameters alone: on a model that routes tokens, the report names a router near-tie and the
+// check that separates it (forced routing); under SGD it points to fp32, not to the SGD the run already uses.
+TEST(VerifyReport, Bf16ParameterFailureNamesRouterNearTiesOnRoutedModelsAndTheRightCheck) {
+  VerifyOptions options;
+  VerifyReport r = report_of(2e-6, 1.0, false);
+  r.params = {{"blocks.1.moe.router.bias", 4, 1e-3, 1.0}};
+  r.rounding = RoundingFloor{"device.precision fp32 instead of bf16", {{"blocks.1.moe.router.bias", 0.0}}, 4.24, 0};
+  r.params_within = false;
+  r.passed = false;
+  r.routed = true;
+  const std::string routed = format_report(r, options);
+  EXPECT_NE(routed.find("router near-tie"), std::string::npos) << routed;
+  EXPECT_NE(routed.find("--set model.forced_routing=uniform"), std::string::npos) << routed;
+  EXPECT_NE(routed.find("compare with --set device.precision=fp32"), std::string::npos) << routed;
+  EXPECT_EQ(routed.find("optimizer.type=sgd"), std::string::npos) << routed;
+  r.routed = false;
+  r.adamw = true;
+  const std::string dense = format_report(r, options);
+  EXPECT_EQ(dense.find("router near-tie"), std::string::npos) << dense;
+  EXPECT_NE(dense.find("compare with --set optimizer.type=sgd"), std::string::npos) << dense;
 }
 
 }  // namespace

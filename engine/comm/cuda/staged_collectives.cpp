@@ -1,6 +1,7 @@
 // The staged backend's collectives (staged_communicator.hpp describes the staging): each copies its device inputs to
 // pinned host buffers, has the host wait for them, posts the inner collective on the host buffers, and returns a
 // StagedWork (staged_work.hpp) that copies the outputs back. CPU tensors go to the inner communicator unchanged.
+// The Work comes from the resources' pool and the op fills its reused vectors: no heap allocation once warm.
 //
 // Invariant: the inner collective is posted inside the call, in issue order, so collectives match across ranks
 // exactly as on the inner backend. (Posting it from a later test()/wait() would let ranks post collectives in
@@ -22,14 +23,12 @@ WorkPtr StagedCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, c
   }
   const Stream copy_in = device_stream(tensor.device(), stream, "all_reduce");
   cuda::DeviceGuard guard(tensor.device().index);
-  StagedOp staged;
-  staged.device = tensor.device().index;
+  StagedWork::Ptr work = take_work("all_reduce", tensor.device());
   Tensor host = pinned_like(tensor);
   detail::copy_to_host_and_wait(host, tensor, copy_in, host_waits_);
-  staged.copy_back.emplace_back(tensor, host);
-  WorkPtr inner_work = inner_->all_reduce(host, op, cpu_stream());
-  return std::make_unique<StagedWork>(resources_, inner_, "all_reduce", std::move(staged), std::move(inner_work),
-                                      host_waits_);
+  work->staged().copy_back.emplace_back(tensor, host);
+  work->start(inner_->all_reduce(host, op, cpu_stream()));
+  return work;
 }
 
 WorkPtr StagedCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor& output, ReduceOp op,
@@ -41,8 +40,8 @@ WorkPtr StagedCommunicator::reduce_scatter_impl(const Tensor& input, const Tenso
   }
   const Stream copy_in = device_stream(input.device(), stream, "reduce_scatter");
   cuda::DeviceGuard guard(input.device().index);
-  StagedOp staged;
-  staged.device = input.device().index;
+  StagedWork::Ptr work = take_work("reduce_scatter", input.device());
+  StagedOp& staged = work->staged();
   Tensor host_in = pinned_like(input);
   // In place stays in place: the host output is the host input's block r, as the device output is.
   Tensor host_out = tensors_overlap(input, output) ? detail::block_of(host_in, rank(), size(), output.shape())
@@ -50,9 +49,8 @@ WorkPtr StagedCommunicator::reduce_scatter_impl(const Tensor& input, const Tenso
   detail::copy_to_host_and_wait(host_in, input, copy_in, host_waits_);
   staged.keep.push_back(host_in);
   staged.copy_back.emplace_back(output, host_out);
-  WorkPtr inner_work = inner_->reduce_scatter(host_in, host_out, op, cpu_stream());
-  return std::make_unique<StagedWork>(resources_, inner_, "reduce_scatter", std::move(staged),
-                                      std::move(inner_work), host_waits_);
+  work->start(inner_->reduce_scatter(host_in, host_out, op, cpu_stream()));
+  return work;
 }
 
 WorkPtr StagedCommunicator::all_gather_impl(const Tensor& input, const Tensor& output, const Stream& stream) {
@@ -62,16 +60,14 @@ WorkPtr StagedCommunicator::all_gather_impl(const Tensor& input, const Tensor& o
   }
   const Stream copy_in = device_stream(input.device(), stream, "all_gather");
   cuda::DeviceGuard guard(input.device().index);
-  StagedOp staged;
-  staged.device = input.device().index;
+  StagedWork::Ptr work = take_work("all_gather", input.device());
   // Gathered in place on the host whatever the device form: the input goes straight into its block r.
   Tensor host_out = pinned_like(output);
   Tensor host_in = detail::block_of(host_out, rank(), size(), input.shape());
   detail::copy_to_host_and_wait(host_in, input, copy_in, host_waits_);
-  staged.copy_back.emplace_back(output, host_out);
-  WorkPtr inner_work = inner_->all_gather(host_in, host_out, cpu_stream());
-  return std::make_unique<StagedWork>(resources_, inner_, "all_gather", std::move(staged), std::move(inner_work),
-                                      host_waits_);
+  work->staged().copy_back.emplace_back(output, host_out);
+  work->start(inner_->all_gather(host_in, host_out, cpu_stream()));
+  return work;
 }
 
 WorkPtr StagedCommunicator::broadcast_impl(const Tensor& tensor, int root, const Stream& stream) {
@@ -81,8 +77,8 @@ WorkPtr StagedCommunicator::broadcast_impl(const Tensor& tensor, int root, const
   }
   const Stream order = device_stream(tensor.device(), stream, "broadcast");
   cuda::DeviceGuard guard(tensor.device().index);
-  StagedOp staged;
-  staged.device = tensor.device().index;
+  StagedWork::Ptr work = take_work("broadcast", tensor.device());
+  StagedOp& staged = work->staged();
   Tensor host = pinned_like(tensor);
   if (rank() == root) {
     detail::copy_to_host_and_wait(host, tensor, order, host_waits_);
@@ -92,9 +88,8 @@ WorkPtr StagedCommunicator::broadcast_impl(const Tensor& tensor, int root, const
     detail::record_ready(staged, *resources_, order);
     staged.copy_back.emplace_back(tensor, host);
   }
-  WorkPtr inner_work = inner_->broadcast(host, root, cpu_stream());
-  return std::make_unique<StagedWork>(resources_, inner_, "broadcast", std::move(staged), std::move(inner_work),
-                                      host_waits_);
+  work->start(inner_->broadcast(host, root, cpu_stream()));
+  return work;
 }
 
 }  // namespace cleave::comm

@@ -60,6 +60,7 @@ Communicator& StagedCommunicator::inner() const { return *inner_; }
 cuda::PinnedHostAllocator& StagedCommunicator::pinned_allocator() const { return *resources_->pinned; }
 void StagedCommunicator::count_host_waits(ops::HostWaits* waits) { host_waits_ = waits; }
 std::size_t StagedCommunicator::events_made() const { return resources_->events.made(); }
+std::size_t StagedCommunicator::works_made() const { return resources_->works.made(); }
 
 void StagedCommunicator::abort(const std::string& reason) {
   inner_->abort(reason);
@@ -73,6 +74,10 @@ Stream StagedCommunicator::device_stream(Device device, const Stream& stream, st
                "stream, which means that device's default stream)",
                where(op), device.str(), stream.device().str());
   return stream;
+}
+
+detail::StagedWork::Ptr StagedCommunicator::take_work(const char* op, Device device) const {
+  return StagedWork::take(resources_, inner_, op, device.index, host_waits_);
 }
 
 Tensor StagedCommunicator::pinned_like(const Tensor& t) const {
@@ -121,10 +126,9 @@ WorkPtr StagedCommunicator::batch_p2p_impl(std::span<const P2POp> ops, const Str
   const Device device = first_cuda->tensor.device();
   const Stream order = device_stream(device, stream, "batch_p2p");
   cuda::DeviceGuard guard(device.index);
-  StagedOp staged;
-  staged.device = device.index;
-  std::vector<P2POp> host_ops;
-  host_ops.reserve(ops.size());
+  StagedWork::Ptr work = take_work("batch_p2p", device);
+  StagedOp& staged = work->staged();
+  std::vector<P2POp>& host_ops = staged.host_ops;  // the Work's: within its capacity once warm
   for (const P2POp& op : ops) {
     if (op.tensor.device().is_cpu()) {
       host_ops.push_back(op);
@@ -147,9 +151,8 @@ WorkPtr StagedCommunicator::batch_p2p_impl(std::span<const P2POp> ops, const Str
   } else {
     detail::record_ready(staged, *resources_, order);
   }
-  WorkPtr inner_work = inner_->batch_p2p(std::move(host_ops), cpu_stream());
-  return std::make_unique<StagedWork>(resources_, inner_, "batch_p2p", std::move(staged), std::move(inner_work),
-                                      host_waits_);
+  work->start(inner_->batch_p2p(host_ops, cpu_stream()));
+  return work;
 }
 
 }  // namespace cleave::comm

@@ -15,7 +15,9 @@
 //    held by the Work until its copies have finished, then go back to the allocator's cache: a steady-state
 //    step makes no cudaHostAlloc (stats().system_allocations stops growing after the first step). Likewise the
 //    ops' CUDA events come from per-device pools shared with the splits and go back when the Work finishes: a
-//    steady-state step creates no event (events_made() stops growing).
+//    steady-state step creates no event (events_made() stops growing). And the Works themselves come from a pool
+//    shared with the splits, each keeping its vectors' capacity, and go back only once complete: a steady-state
+//    step makes no heap allocation here (works_made() stops growing).
 //  - Ops reach the inner communicator in issue order, inside the call, so collectives match across ranks
 //    exactly as on the inner backend; every wait goes through the inner Work, so its watchdog still applies.
 //
@@ -43,6 +45,7 @@ namespace cleave::comm {
 
 namespace detail {
 struct StagingResources;
+class StagedWork;
 }
 
 class StagedCommunicator final : public Communicator {
@@ -67,6 +70,9 @@ class StagedCommunicator final : public Communicator {
   // CUDA events created so far by this communicator and every communicator split from it (the copies back's and
   // receives' ready events, pooled per device and reused: it stops growing after a warm-up step).
   std::size_t events_made() const;
+  // Works made so far by this communicator and every communicator split from it (pooled: a finished Work is
+  // reused by a later op, so this stops growing after a warm-up step; at most the Works in flight at once).
+  std::size_t works_made() const;
 
   // Notes every host wait on device work as ops::HostWait::kCommunication: the issue-time wait for the caller's
   // stream (every op with device inputs, and ops on host tensors posted with a CUDA stream) and each wait() that
@@ -94,6 +100,8 @@ class StagedCommunicator final : public Communicator {
   // The stream the copies of an op on `device` are ordered on (see the file comment); checks the device.
   Stream device_stream(Device device, const Stream& stream, std::string_view op) const;
   Tensor pinned_like(const Tensor& t) const;
+  // A Work for `op` on `device` from the pool shared with the splits (staged_work.hpp), not yet started.
+  std::unique_ptr<detail::StagedWork, WorkRelease> take_work(const char* op, Device device) const;
 
   std::shared_ptr<Communicator> inner_;  // shared with the Works, which call abort() if they fail in a destructor
   std::shared_ptr<detail::StagingResources> resources_;

@@ -1,6 +1,7 @@
-// The staged backend's shared pieces (staged_work.hpp): the copy streams, StagedWork's completion and copies back,
-// and the host's waits for a stream. Invariant: every wait for the inner op goes through the inner Work, so the
-// inner backend's watchdog bounds it.
+// The staged backend's shared pieces (staged_work.hpp): the copy streams, StagedWork's pool, completion and copies
+// back, and the host's waits for a stream. Invariants: every wait for the inner op goes through the inner Work, so
+// the inner backend's watchdog bounds it; a Work goes back to the pool only complete (or failed, its copies back
+// waited for), emptied of buffers, events, inner Work and communicator.
 //
 // Why copies back run on a private stream: the caller's stream may hold much later work (the rest of a backward
 // pass) by the time the inner op completes; a copy queued behind it would delay completion. The private stream
@@ -14,6 +15,10 @@
 
 namespace cleave::comm::detail {
 
+StagingResources::StagingResources() = default;
+
+StagingResources::~StagingResources() { works.clear(); }  // idle: they hold no buffer, event or resources
+
 const Stream& StagingResources::copy_stream(int device) {
   auto it = copy_streams.find(device);
   if (it == copy_streams.end()) {
@@ -22,23 +27,47 @@ const Stream& StagingResources::copy_stream(int device) {
   return it->second.stream();
 }
 
+StagedOp::StagedOp() {
+  keep.reserve(kReserved);
+  copy_back.reserve(kReserved);
+  host_ops.reserve(kReserved);
+}
+
+void StagedOp::clear() noexcept {
+  keep.clear();
+  copy_back.clear();
+  host_ops.clear();
+  ready.reset();
+}
+
 void note_wait(ops::HostWaits* waits) {
   if (waits != nullptr) waits->note(ops::HostWait::kCommunication);
 }
 
-StagedWork::StagedWork(std::shared_ptr<StagingResources> resources, std::shared_ptr<Communicator> inner,
-                       std::string op, StagedOp staged, WorkPtr inner_work, ops::HostWaits* host_waits)
-    : resources_(std::move(resources)),
-      inner_(std::move(inner)),
-      op_(std::move(op)),
-      staged_(std::move(staged)),
-      inner_work_(std::move(inner_work)),
-      host_waits_(host_waits) {
-  CLEAVE_ASSERT(inner_work_ != nullptr, "{}: the inner communicator returned no Work", op_);
+StagedWork::Ptr StagedWork::take(const std::shared_ptr<StagingResources>& resources,
+                                 const std::shared_ptr<Communicator>& inner, const char* op, int device,
+                                 ops::HostWaits* host_waits) {
+  Ptr work(resources->works.take([] { return std::unique_ptr<StagedWork>(new StagedWork()); }).release());
+  work->resources_ = resources;
+  work->inner_ = inner;
+  work->op_ = op;
+  work->staged_.device = device;
+  work->host_waits_ = host_waits;
+  return work;
 }
 
-StagedWork::~StagedWork() {
-  if (!done_ && !failed_) {
+void StagedWork::start(WorkPtr inner_work) {
+  CLEAVE_ASSERT(inner_work != nullptr, "{}: the inner communicator returned no Work", op_);
+  CLEAVE_ASSERT(done_ && !failed_ && inner_work_ == nullptr, "{}: a staged Work started twice", op_);
+  inner_work_ = std::move(inner_work);
+  inner_done_ = false;
+  done_ = false;
+}
+
+StagedWork::~StagedWork() { finish_before_release(); }
+
+void StagedWork::finish_before_release() noexcept {
+  if (in_flight()) {
     try {
       complete();
     } catch (const std::exception& e) {
@@ -48,11 +77,27 @@ StagedWork::~StagedWork() {
     }
   }
   // After a failure, a copy back may still be in flight: its pinned buffers must not return to the cache yet.
-  // (Its events go back to the pool with the members; the communicator is aborted after a failure.)
+  // (Its events go back to the pool; the communicator is aborted after a failure.)
   if (failed_ && copied_.has_value()) {
     cudaEventSynchronize(copied_.native());
     cudaGetLastError();
   }
+}
+
+void StagedWork::recycle() noexcept {
+  finish_before_release();
+  inner_work_.reset();
+  staged_.clear();
+  copied_.reset();
+  inner_.reset();
+  host_waits_ = nullptr;
+  op_ = "";
+  inner_done_ = false;
+  done_ = true;
+  failed_ = false;
+  // The resources may go with this last reference, and this Work with their pool: nothing of *this is touched after.
+  const std::shared_ptr<StagingResources> resources = std::move(resources_);
+  resources->works.give(std::unique_ptr<StagedWork>(this));
 }
 
 bool StagedWork::test() {
@@ -113,9 +158,7 @@ void StagedWork::start_copy_back() {
 void StagedWork::finish() {
   done_ = true;
   inner_work_.reset();
-  staged_.keep.clear();
-  staged_.copy_back.clear();
-  staged_.ready.reset();  // fired: the copy stream waited for it before the copies, which have finished
+  staged_.clear();  // the ready event has fired: the copy stream waited for it before the copies, which have finished
   copied_.reset();
 }
 

@@ -15,13 +15,15 @@
 //    self pair, sends still pending on the stream);
 //  - after a warm-up step, repeated steps make no new pinned system allocation and leave no pinned bytes in use, and
 //    create no CUDA event (8 receives posted ahead in flight at once, then all_reduce, reduce_scatter, all_gather
-//    and broadcast: the events come from per-device pools and are reused; results right every step).
+//    and broadcast: the events come from per-device pools and are reused; results right every step), and make no
+//    heap allocation and no Work (the Works come from a pool and keep their vectors; heap_counter.hpp counts);
 // The `StagedHost` tests need no GPU and run everywhere: CPU tensors pass through to the MPI backend untouched
 // (no pinned allocation), and the argument errors (mixed devices, wrong stream device, the MPI backend's
 // refusal of GPU tensors) name the op and both devices.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +40,7 @@
 #include "engine/cuda/copy.hpp"
 #include "engine/cuda/device.hpp"
 #include "engine/cuda/stream.hpp"
+#include "tests/e2e/heap_counter.hpp"
 #include "tests/mpi/mpi_test_env.hpp"
 #include "tests/mpi/tensor_values.hpp"
 
@@ -615,6 +618,90 @@ TEST_F(Staged, StepsAfterTheWarmUpCreateNoEvent) {
     step(900 + 40 * s);
     EXPECT_EQ(plain_->events_made(), warm) << "step " << s << " created a CUDA event";
   }
+  EXPECT_EQ(wrong, 0);
+}
+
+// Pooled Works (staged_work.hpp): steps of 8 receives posted ahead (8 Works in flight at once), their sends in one
+// batch, then all_reduce (max: the same result every step), reduce_scatter, all_gather and broadcast, all on tensors
+// made before the steps. After two warm-up steps, three more make no heap allocation (tests/e2e/heap_counter.hpp:
+// the engine's whole count is the counter's probe; MPI's own C allocations are not operator new) and no Work, and
+// the outputs, poisoned before the counted steps, are right after them.
+TEST_F(Staged, StepsAfterTheWarmUpAllocateNothingOnTheHost) {
+  const int right = (r() + 1) % n();
+  const int left = (r() + n() - 1) % n();
+  constexpr int kInFlight = 8;
+  std::array<Tensor, kInFlight> got;
+  std::array<P2POp, kInFlight> sends;
+  for (int i = 0; i < kInFlight; ++i) {
+    got[static_cast<std::size_t>(i)] = device({1001}, DType::kI32);
+    sends[static_cast<std::size_t>(i)] =
+        P2POp::send(upload(host_values(seed_, 1001, DType::kI32, r(), 700 + i)), right, i);
+  }
+  Tensor a = upload(host_values(seed_, 4099, DType::kF32, r(), 720));
+  Tensor in = upload(host_values(seed_, 1031 * n(), DType::kBF16, r(), 721));
+  Tensor out = device({1031}, DType::kBF16);
+  Tensor gathered = device({1031 * n()}, DType::kBF16);
+  Tensor b = upload(host_values(seed_, 777, DType::kI32, r(), 722));
+  std::array<comm::WorkPtr, kInFlight> recvs;
+  auto step = [&] {
+    for (int i = 0; i < kInFlight; ++i) {
+      const P2POp recv = P2POp::recv(got[static_cast<std::size_t>(i)], left, i);
+      recvs[static_cast<std::size_t>(i)] = plain_->batch_p2p(std::span<const P2POp>(&recv, 1), stream());
+    }
+    plain_->batch_p2p(std::span<const P2POp>(sends), stream())->wait();
+    for (comm::WorkPtr& w : recvs) {
+      w->wait();
+      w.reset();
+    }
+    plain_->all_reduce(a, ReduceOp::kMax, stream())->wait();
+    plain_->reduce_scatter(in, out, ReduceOp::kSum, stream())->wait();
+    plain_->all_gather(out, gathered, stream())->wait();
+    plain_->broadcast(b, n() - 1, stream())->wait();
+  };
+  step();
+  step();
+  const std::size_t warm = plain_->works_made();
+  EXPECT_GE(warm, static_cast<std::size_t>(kInFlight)) << "8 receives in flight hold 8 Works";
+  for (const Tensor& t : got) poison(t);
+  poison(out);
+  poison(gathered);
+  heap::start();
+  heap::probe();
+  for (int s = 0; s < 3; ++s) step();
+  const heap::Counts counts = heap::stop();
+  std::string sites;
+  for (const heap::Site& site : heap::sites()) sites += "\n  " + std::to_string(site.count) + " at " + site.str(4);
+  EXPECT_EQ(counts.engine, 1) << "3 steps made " << counts.str() << "; the engine's (the probe's is expected):" << sites;
+  EXPECT_EQ(counts.kernels, 0) << counts.str();
+  EXPECT_EQ(counts.unsited, 0) << counts.str();
+  EXPECT_EQ(plain_->works_made(), warm) << "a counted step made a Work";
+
+  std::int64_t wrong = 0;
+  for (int i = 0; i < kInFlight; ++i) {
+    wrong += byte_mismatches(download(got[static_cast<std::size_t>(i)]),
+                             host_values(seed_, 1001, DType::kI32, left, 700 + i));
+  }
+  const Tensor max = download(a);
+  for (std::int64_t i = 0; i < 4099; ++i) {
+    double expected = int_value(seed_, 0, i, 720);
+    for (int q = 1; q < n(); ++q) expected = std::max(expected, static_cast<double>(int_value(seed_, q, i, 720)));
+    wrong += get_value(max, i) != expected;
+  }
+  const Tensor mine = download(out);
+  const Tensor all = download(gathered);
+  for (std::int64_t i = 0; i < 1031; ++i) {
+    double expected = 0;
+    for (int q = 0; q < n(); ++q) expected += int_value(seed_, q, r() * 1031 + i, 721);
+    wrong += get_value(mine, i) != expected;
+  }
+  for (int q = 0; q < n(); ++q) {
+    for (std::int64_t i = 0; i < 1031; i += 7) {
+      double expected = 0;
+      for (int p = 0; p < n(); ++p) expected += int_value(seed_, p, q * 1031 + i, 721);
+      wrong += get_value(all, q * 1031 + i) != expected;
+    }
+  }
+  wrong += byte_mismatches(download(b), host_values(seed_, 777, DType::kI32, n() - 1, 722));
   EXPECT_EQ(wrong, 0);
 }
 

@@ -85,6 +85,7 @@ void price_step(const run_plan::Plan& plan, const config::RunConfig& config, con
   record_traffic(terms, stages, est);
   if (choice.pp > 1) est.core_holder_wait_s = core_holder_wait_s(terms.oversubscription, pipeline_mean_action_s(terms, stages));
   est.ep_core_holder_wait_s = ep_core_holder_wait_s(terms, stages);
+  if (choice.tp > 1 || choice.cp > 1) est.group_core_holder_wait_s = peer_core_holder_wait_s(terms, stages);
   // In a search, the schedule validated and indexed once (SearchCache::prepared: the same timing).
   const std::shared_ptr<const pipeline::PreparedSchedule> prepared =
       cache != nullptr ? cache->prepared.prepare(plan.schedule) : nullptr;

@@ -75,6 +75,12 @@ std::string oversubscription_warning(const PlanEstimate& e) {
                         e.ep_core_holder_wait_s * 1e3, e.choice.ep - 1, per_core)
           : "";
   holders += experts;
+  if (e.group_core_holder_wait_s > 0) {
+    holders += fmt::format("; each tp collective, cp all-to-all and cp ring hop waits {:.3f} ms per peer for the rank "
+                           "holding that peer's core (not running 1 - 1/{:.1f} of the time, half the mean action "
+                           "between meetings)",
+                           e.group_core_holder_wait_s * 1e3, per_core);
+  }
   if (e.handoff_s > 0 || e.time_shared_compute > 1) {
     return head + fmt::format(" ({:.3f}x of it the measured cost of sharing a core) and {:.1f} us per handoff to a "
                               "descheduled peer, at least one per phase of every collective with peers, priced from "

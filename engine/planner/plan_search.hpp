@@ -128,6 +128,9 @@ struct PlanEstimate {
   // Expert parallelism over more ranks than cores: what each all-to-all and count exchange waits for the ranks holding
   // its peers' cores (step_terms.hpp, ep_core_holder_wait_s); 0 where it is not.
   double ep_core_holder_wait_s = 0;
+  // Tensor or context parallelism over more ranks than cores: what a tp collective, cp all-to-all or ring hop waits
+  // per peer for the rank holding that peer's core (step_terms.hpp, peer_core_holder_wait_s); 0 where it is not.
+  double group_core_holder_wait_s = 0;
   bool oversubscribed() const { return cores_per_node > 0 && ranks_on_node > cores_per_node; }
 };
 

@@ -9,7 +9,8 @@
 //   step_terms_sync_wait.cpp         the waits for peers' lost time at a pass's meetings (into tp, cp or ep's term) and
 //                                    at the pipeline's transfers (point_to_point_wait)
 //   step_terms_time_sharing.cpp      more ranks than cores: compute beyond the cores' share, a collective's handoffs
-//   step_terms_core_holder.cpp       more ranks than cores: a pipeline transfer's wait for its core's holder
+//   step_terms_core_holder.cpp       more ranks than cores: a pipeline transfer's, an ep / tp / cp meeting's wait
+//                                    for its peers' core holders
 //   step_terms_zero_gather.cpp       zero_gather (ZeRO-3's per-block gathers, ZeRO-1/2's after the step)
 //   step_terms_data_parallel.cpp     data_parallel (the gradients' reduction over the replicas)
 //   step_terms_settle_wait.cpp       ZeRO-2 per micro-batch, more ranks than cores: the settle's wait for peers

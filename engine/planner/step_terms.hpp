@@ -376,6 +376,12 @@ struct EpMeetings {
   double all_to_alls_forward = 0, all_to_alls_backward = 0, counts_forward = 0, counts_backward = 0;
   int blocks = 0;  // the stage's blocks with routed experts under ep
 };
+// Tensor and context parallelism's meetings per micro-batch, counted in the peers each waits for (a tp collective or
+// cp all-to-all: the group less the rank; a cp ring hop: the neighbour it receives from), per pass (F; I with the
+// rerun's): where ranks outnumber cores each such peer may be behind a computing core holder (add_group_core_holder_waits).
+struct GroupPeers {
+  double tp_forward = 0, tp_backward = 0, cp_forward = 0, cp_backward = 0;
+};
 // One stage's actions, term by term, per micro-batch (F, I, W) or per step (REDUCE_GRAD).
 struct StageCosts {
   ActionTerms forward, input_grad, weight_grad, reduce_grad;
@@ -391,6 +397,7 @@ struct StageCosts {
   // collective or ring hop, ep's all-to-alls and count exchanges), and of them ep's, per pass (the rerun's in I).
   double meetings = 0;
   EpMeetings ep_meetings;
+  GroupPeers group_peers;
 };
 // Every stage's costs; `working_set` per pp rank (bytes touched over a step) picks the warm or cold tables.
 std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std::int64_t>& working_set);
@@ -427,6 +434,15 @@ double ep_core_holder_wait_s(const TermContext& c, const std::vector<StageCosts>
 // Adds ep_core_holder_wait_s per meeting to each stage's expert_all_to_all (the all-to-alls) and count_exchange
 // terms, and to its ep_exchange's own time (meetings_s, count_exchange_s: one block's). Nothing where it is 0.
 void add_ep_core_holder_waits(const TermContext& c, std::vector<StageCosts>& stages);
+// More ranks than cores, one peer of a meeting (step_terms_core_holder.cpp; docs/planner.md, "More ranks than
+// cores"): core_holder_wait_s(ρ, the mean action between meetings), the holder's action as ep_core_holder_wait_s takes
+// it; ep_core_holder_wait_s is (ep - 1) of these. 0 unless the ranks outnumber the cores.
+double peer_core_holder_wait_s(const TermContext& c, const std::vector<StageCosts>& stages);
+// Tensor and context parallelism's meetings over more ranks than cores: each peer a tp collective, cp all-to-all or
+// ring hop waits for (StageCosts::group_peers) adds peer_core_holder_wait_s to the stage's tensor_parallel or
+// context_parallel term, in F or I, exposed (the ring's hops hide their bytes, not a peer's absence from a core).
+// Nothing where it is 0, or without tp and cp.
+void add_group_core_holder_waits(const TermContext& c, std::vector<StageCosts>& stages);
 
 // The simulator's inputs from the stage costs: F, I, W, REDUCE_GRAD per stage, the optimizer step (and the
 // busiest rank's ZeRO-1/2 gather), the boundary link. `optimizer` receives that step's terms.

@@ -10,9 +10,11 @@
 // all-to-all or count exchange needs every peer on a core (a pair's bytes move only while both ranks run: Open MPI's
 // copy-in/copy-out shared memory copies on both ranks' cores), and each peer waits for its core's holder in the same
 // way, that holder computing until its own next meeting.
+// peer_core_holder_wait_s and add_group_core_holder_waits take the same rule to tensor and context parallelism's
+// meetings (each tp collective, cp all-to-all or ring hop waits for each of its peers' core holders in turn).
 // Invariant: zero unless the ranks outnumber the profile's known cores (TermContext::oversubscription > 1) and the
-// plan has a pipeline (transfers) or ep > 1 (ep's meetings): every other plan, and every GPU profile (a device per
-// rank), prices exactly as before.
+// plan has a pipeline (transfers), ep > 1 (ep's meetings), or tp or cp > 1 (theirs): every other plan, and every GPU
+// profile (a device per rank), prices exactly as before.
 #include <numeric>
 
 #include "engine/planner/step_terms.hpp"
@@ -53,14 +55,33 @@ double pipeline_mean_action_s(const TermContext& c, const std::vector<StageCosts
   return whole_core_compute_s(c, stages) / (static_cast<double>(stages.size()) * actions_per_stage(c));
 }
 
-double ep_core_holder_wait_s(const TermContext& c, const std::vector<StageCosts>& stages) {
-  if (c.oversubscription <= 1 || c.choice->ep <= 1) return 0.0;
+double peer_core_holder_wait_s(const TermContext& c, const std::vector<StageCosts>& stages) {
+  if (c.oversubscription <= 1) return 0.0;
   // A computing rank gives its core up at its next meeting, or (a pipeline) at the end of its action.
   double yields = 0;
   for (const StageCosts& s : stages) yields += s.meetings + (c.choice->pp > 1 ? actions_per_stage(c) : 0.0);
   if (yields <= 0) return 0.0;
   const double action = whole_core_compute_s(c, stages) / yields;
-  return (c.choice->ep - 1) * core_holder_wait_s(c.oversubscription, action);
+  return core_holder_wait_s(c.oversubscription, action);
+}
+
+double ep_core_holder_wait_s(const TermContext& c, const std::vector<StageCosts>& stages) {
+  if (c.oversubscription <= 1 || c.choice->ep <= 1) return 0.0;
+  return (c.choice->ep - 1) * peer_core_holder_wait_s(c, stages);
+}
+
+void add_group_core_holder_waits(const TermContext& c, std::vector<StageCosts>& stages) {
+  if (c.choice->tp <= 1 && c.choice->cp <= 1) return;
+  const double each = peer_core_holder_wait_s(c, stages);
+  if (each <= 0) return;
+  using T = StepTerm;
+  for (StageCosts& s : stages) {
+    const GroupPeers& g = s.group_peers;
+    s.forward[T::kTensorParallel] += each * g.tp_forward;
+    s.input_grad[T::kTensorParallel] += each * g.tp_backward;
+    s.forward[T::kContextParallel] += each * g.cp_forward;
+    s.input_grad[T::kContextParallel] += each * g.cp_backward;
+  }
 }
 
 void add_ep_core_holder_waits(const TermContext& c, std::vector<StageCosts>& stages) {

@@ -29,11 +29,19 @@ struct StageBlocks {
   std::vector<double> block_main_bytes;  // per block, the gradient bytes reduced over the replicas (not the experts')
 };
 
-// A block's meetings per micro-batch into its stage's (StageCosts::meetings, ep_meetings): where a computing rank
-// gives its core up (add_ep_core_holder_waits).
+// A block's meetings per micro-batch into its stage's (StageCosts::meetings, ep_meetings, group_peers): where a
+// computing rank gives its core up (add_ep_core_holder_waits, add_group_core_holder_waits).
 void count_meetings(const TermContext& c, const BlockCollectives& tp, const BlockCollectives& cp,
                     const BlockCollectives& ep, StageCosts& st) {
   st.meetings += tp.meetings_forward + tp.meetings_backward + cp.meetings_forward + cp.meetings_backward;
+  // The peers each waits for: a tp collective's and a cp all-to-all's group less the rank, a ring hop's neighbour.
+  const double tp_peers = c.choice->tp - 1;
+  const double cp_peers = c.choice->cp_comm == config::ContextParallelComm::kAllToAll ? c.choice->cp - 1 : 1.0;
+  GroupPeers& g = st.group_peers;
+  g.tp_forward += tp.meetings_forward * tp_peers;
+  g.tp_backward += tp.meetings_backward * tp_peers;
+  g.cp_forward += cp.meetings_forward * cp_peers;
+  g.cp_backward += cp.meetings_backward * cp_peers;
   if (ep.forward_s <= 0) return;  // no routed experts under ep
   const double rerun = c.choice->recompute == partition::Recompute::kFull ? 1.0 : 0.0;
   EpMeetings& m = st.ep_meetings;
@@ -228,6 +236,7 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
   }
   scatter_gather_boundaries(c, stages);
   add_ep_core_holder_waits(c, stages);  // needs every stage's compute: the holder's action is their mean
+  add_group_core_holder_waits(c, stages);
   return stages;
 }
 

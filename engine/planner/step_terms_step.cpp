@@ -144,14 +144,18 @@ pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vect
   std::vector<double> rank_gather(static_cast<std::size_t>(c.choice->pp), 0.0);
   std::vector<double> rank_gather_hidden(static_cast<std::size_t>(c.choice->pp), 0.0);
   std::vector<int> rank_bias_layers(static_cast<std::size_t>(c.choice->pp), 0);  // routed layers with a router bias
+  // More ranks than cores: what each all-to-all waits for its peers' core holders (0 where they do not outnumber them).
+  const double holder = plan.schedule.overlap_fb_pairs ? ep_core_holder_wait_s(c, stages) : 0.0;
   for (int s = 0; s < num_stages; ++s) {
     const StageCosts& st = stages[static_cast<std::size_t>(s)];
     auto& sc = sim.stages[static_cast<std::size_t>(s)];
     sc.forward = st.forward.total();
     sc.backward_input = st.input_grad.total();
     if (plan.schedule.overlap_fb_pairs) {  // parallel.moe_a2a_overlap: the pairs hide the all-to-alls (simulator.hpp)
-      sc.forward_all_to_all = st.forward[StepTerm::kExpertAllToAll];
-      sc.backward_all_to_all = st.input_grad[StepTerm::kExpertAllToAll];
+      // but not their waits for the peers' core holders: the other side's compute holds this rank's core and does not
+      // put a descheduled peer on its own (measured, RESULTS-2026-12-01-b-tp-cp-cores: no gain at 4 ranks on 2 cores).
+      sc.forward_all_to_all = st.forward[StepTerm::kExpertAllToAll] - holder * st.ep_meetings.all_to_alls_forward;
+      sc.backward_all_to_all = st.input_grad[StepTerm::kExpertAllToAll] - holder * st.ep_meetings.all_to_alls_backward;
       sc.forward -= sc.forward_all_to_all;
       sc.backward_input -= sc.backward_all_to_all;
     }

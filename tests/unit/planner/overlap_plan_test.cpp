@@ -2,7 +2,8 @@
 // step_terms_step.cpp, pipeline/simulator.hpp): at pp 2 × ep 2 on a profile where the all-to-alls cost something, the
 // overlapped plan's exposed expert_all_to_all term is smaller than the plain plan's and the difference is reported
 // as hidden; the exposed and hidden parts add up to the plain plan's term; the terms still sum to the step, which
-// is no longer than the plain one. Without the key nothing is hidden.
+// is no longer than the plain one. Without the key nothing is hidden. Over more ranks than cores the waits for the
+// peers' core holders stay exposed.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -59,6 +60,48 @@ TEST(OverlapPlan, OverlappedPairsHideExpertAllToAllTime) {
               1e-9 * plain.step_s);
   EXPECT_NEAR(overlapped.breakdown.total(), overlapped.step_s, 1e-9 * overlapped.step_s);
   EXPECT_LT(overlapped.step_s, plain.step_s);
+  fs::remove_all(dir);
+}
+
+// More ranks than cores (4 on 2): each all-to-all also waits for its peer's core holder (ep_core_holder_wait_s), which
+// the pairs do not hide: the other side's compute holds this rank's core and puts no descheduled peer on its own. On
+// fast links (the all-to-alls' own time small beside the compute), the overlapped plan's exposed term keeps at least
+// those waits, the plain plan's on 2 cores less its twin's with a device per rank (the same plan without them), and
+// exposed + hidden is still the plain term.
+TEST(OverlapPlan, OverlappedPairsLeaveThePeersCoreHolderWaitsExposed) {
+  const fs::path dir = fs::temp_directory_path() / ("cleave_overlap_plan_test_h" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string moe = (dir / "moe.json").string();
+  std::ofstream(moe) << R"({"model": {"type": "moe", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 4,
+      "seq_len": 16, "ffn_hidden_size": 64, "n_experts": 8, "top_k": 2},
+      "batch": {"global_batch_size": 16, "micro_batch_size": 1},
+      "parallel": {"pipeline_model_parallel_size": 2, "expert_model_parallel_size": 2, "schedule": "dualpipev"},
+      "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})";
+  HardwareProfile cores = slow_links();
+  cores.intra_node = cores.inter_node = Link{1e-7, 1e11};
+  cores.device_type = DeviceType::kCpu;
+  cores.cores_per_node = 2;
+  cores.measured_ranks_per_node = 2;
+  HardwareProfile devices = cores;
+  devices.cores_per_node = 0;
+  const std::vector<std::string> on = {"parallel.moe_a2a_overlap=true"};
+  const PlanChoice c = choice_of_config(moe, {}, 4), co = choice_of_config(moe, on, 4);
+  const PlanEstimate plain = estimate_plan(moe, {}, c, cores, SearchOptions{4, 0});
+  const PlanEstimate plain_own = estimate_plan(moe, {}, c, devices, SearchOptions{4, 0});
+  const PlanEstimate overlapped = estimate_plan(moe, on, co, cores, SearchOptions{4, 0});
+  const PlanEstimate overlapped_own = estimate_plan(moe, on, co, devices, SearchOptions{4, 0});
+  ASSERT_TRUE(plain.valid && plain_own.valid && overlapped.valid && overlapped_own.valid) << plain.reason;
+  ASSERT_TRUE(plain.oversubscribed());
+  ASSERT_GT(plain.ep_core_holder_wait_s, 0.0);
+  const auto hidden = [](const PlanEstimate& e) { return e.breakdown.hidden[static_cast<std::size_t>(T::kExpertAllToAll)]; };
+  const double holders = plain.breakdown[T::kExpertAllToAll] - plain_own.breakdown[T::kExpertAllToAll];
+  ASSERT_GT(holders, 0.0);
+  // With a device per rank the pairs hide nearly all of the (fast) all-to-alls; on 2 cores the holders' waits stay.
+  EXPECT_LT(overlapped_own.breakdown[T::kExpertAllToAll], 0.5 * plain_own.breakdown[T::kExpertAllToAll]);
+  EXPECT_GE(overlapped.breakdown[T::kExpertAllToAll], holders * (1 - 1e-9));
+  EXPECT_GT(hidden(overlapped), 0.0);
+  EXPECT_NEAR(overlapped.breakdown[T::kExpertAllToAll] + hidden(overlapped), plain.breakdown[T::kExpertAllToAll],
+              1e-9 * plain.step_s);
   fs::remove_all(dir);
 }
 

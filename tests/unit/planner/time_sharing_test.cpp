@@ -5,7 +5,8 @@
 // phases times the peers each phase waits for that are not running (collective_handoffs). A profile without the key,
 // or a layout with no more ranks than cores, prices exactly as before; a pipeline's transfers on more ranks than cores
 // wait for their core's holder (core_holder_wait_s) with or without the key, and so does each of ep's meetings for its
-// peers' holders (ep_core_holder_wait_s). The key round-trips and bad values are refused by name. The figures are
+// peers' holders (ep_core_holder_wait_s), and each tp collective, cp all-to-all or ring hop for each of its peers'
+// holders (peer_core_holder_wait_s). The key round-trips and bad values are refused by name. The figures are
 // fixed here (a profile as `cleave profile` writes it), never this machine's.
 #include <gtest/gtest.h>
 
@@ -266,6 +267,67 @@ TEST(CoreHolder, EachEpMeetingWaitsForThePeersHoldersOverTheMeanActionBetweenMee
   }
 }
 
+TEST(CoreHolder, EachTpAndCpPeerWaitsForItsHolderOverTheMeanActionBetweenMeetings) {
+  // A constructed context: one stage, tp2 × cp2 on 2 cores with 4 ranks (ρ 2), compute priced 2 × 1.25 (the stretch).
+  HardwareProfile p = two_cores(false);
+  PlanChoice choice{2, 1, 1, 1, "1f1b", 1, 0, partition::Recompute::kNone, 8, false};
+  choice.cp = 2;
+  TermContext c;
+  c.profile = &p;
+  c.choice = &choice;
+  c.compute_stretch = 1.25;
+  c.core_sharing = 2.0 * 1.25;
+  c.oversubscription = 2.0;
+  std::vector<StageCosts> stages(1);
+  StageCosts& s = stages[0];
+  s.forward[StepTerm::kForward] = 8e-3;
+  s.forward[StepTerm::kKernelLaunch] = 2e-3;
+  s.input_grad[StepTerm::kInputGrad] = 6e-3;
+  s.weight_grad[StepTerm::kWeightGrad] = 4e-3;
+  s.forward[StepTerm::kTensorParallel] = 1e-3;   // not compute
+  s.input_grad[StepTerm::kContextParallel] = 2e-3;
+  // 20 meetings: 6 tp all-reduces in F and 6 in I (one peer each), 2 ring hops in F and 6 in I (the neighbour).
+  s.meetings = 20;
+  s.group_peers = GroupPeers{6, 6, 2, 6};
+  // 20 ms priced over the share 2 (the stretch kept) = 10 ms on a whole core, 0.5 ms between meetings; a peer is
+  // behind a computing holder half the time, for half its action: 0.5 × 0.25 ms = 0.125 ms per peer.
+  EXPECT_NEAR(peer_core_holder_wait_s(c, stages), 0.125e-3, 1e-15);
+  add_group_core_holder_waits(c, stages);
+  EXPECT_NEAR(s.forward[StepTerm::kTensorParallel], 1e-3 + 6 * 0.125e-3, 1e-15);
+  EXPECT_NEAR(s.input_grad[StepTerm::kTensorParallel], 6 * 0.125e-3, 1e-15);
+  EXPECT_NEAR(s.forward[StepTerm::kContextParallel], 2 * 0.125e-3, 1e-15);
+  EXPECT_NEAR(s.input_grad[StepTerm::kContextParallel], 2e-3 + 6 * 0.125e-3, 1e-15);
+  EXPECT_EQ(s.weight_grad[StepTerm::kTensorParallel], 0.0);
+  // tp4's all-reduce waits for 3 peers: group_peers counts them (3 per meeting), the wait per peer is the same.
+  std::vector<StageCosts> four(1);
+  four[0] = stages[0];
+  four[0].forward[StepTerm::kTensorParallel] = 0;
+  four[0].group_peers = GroupPeers{6 * 3, 0, 0, 0};
+  add_group_core_holder_waits(c, four);
+  EXPECT_NEAR(four[0].forward[StepTerm::kTensorParallel], 18 * 0.125e-3, 1e-15);
+  // A pipeline's actions also end a holder's run: pp2 adds 3 per stage (F, I, W): 10 ms over 23 meetings.
+  PlanChoice piped = choice;
+  piped.pp = 2;
+  TermContext pc = c;
+  pc.choice = &piped;
+  EXPECT_NEAR(peer_core_holder_wait_s(pc, stages), 0.5 * (10e-3 / 23) / 2, 1e-15);
+  // 3 ranks on 2 cores: 1/3 of the time.
+  c.oversubscription = 1.5;
+  EXPECT_NEAR(peer_core_holder_wait_s(c, stages), (1.0 / 3) * 0.25e-3, 1e-15);
+  // No more ranks than cores, or neither tp nor cp: nothing moves.
+  for (const auto& [over, width] : {std::pair{1.0, 2}, std::pair{2.0, 1}}) {
+    c.oversubscription = over;
+    choice.tp = choice.cp = width;
+    std::vector<StageCosts> same(1);
+    same[0].meetings = 20;
+    same[0].group_peers = GroupPeers{6, 6, 2, 6};
+    same[0].forward[StepTerm::kForward] = 8e-3;
+    add_group_core_holder_waits(c, same);
+    EXPECT_EQ(same[0].forward[StepTerm::kTensorParallel], 0.0);
+    EXPECT_EQ(same[0].input_grad[StepTerm::kContextParallel], 0.0);
+  }
+}
+
 class TimeSharing : public testing::ScratchDirTest {
  protected:
   TimeSharing() : ScratchDirTest("cleave_time_sharing_test_") {}
@@ -292,7 +354,11 @@ TEST_F(TimeSharing, OversubscribedTpPlansPayTheExcessOnComputeAndTheHandoffsOfEa
   ASSERT_TRUE(with.oversubscribed());
   EXPECT_NEAR(with.breakdown.compute_s / without.breakdown.compute_s, 2.125 / 2, 1e-9);
   // Per micro-batch: 2 all-reduces in F and 2 in I per transformer block (4), the vocab-parallel embedding's 1 in F:
-  // 17, 34 a step; each a 2-rank all-reduce of two phases, 2 handoffs in the tp term.
+  // 17, 34 a step; each a 2-rank all-reduce of two phases, 2 handoffs in the tp term. Each also waits for its peer's
+  // core holder (OversubscribedTpAndCpMeetingsWaitForEachPeersCoreHolder), with or without the key alike: the
+  // holder's action is its compute on a whole core, which the key's excess does not change.
+  ASSERT_GT(with.group_core_holder_wait_s, 0.0);
+  EXPECT_NEAR(with.group_core_holder_wait_s, without.group_core_holder_wait_s, 1e-15);
   EXPECT_NEAR(with.breakdown[StepTerm::kTensorParallel] - without.breakdown[StepTerm::kTensorParallel],
               34 * 2 * 500e-6, 1e-9);
   // The gradient all-reduce over the 2 replicas: two phases (no expert reduction without experts).
@@ -303,6 +369,62 @@ TEST_F(TimeSharing, OversubscribedTpPlansPayTheExcessOnComputeAndTheHandoffsOfEa
   EXPECT_NE(oversubscription_warning(without).find("not priced"), std::string::npos) << oversubscription_warning(without);
 }
 
+// More ranks than cores without a time_sharing measurement (no handoffs priced): tp2 dp2, cp2 dp2 (ring and
+// all-to-all) and cp4 all-to-all on 4 ranks over 2 cores, against the same plans with a device per rank (no core
+// count): the tp or cp term grows by each meeting's peers × the wait per peer, worked out from the plan's own compute
+// (per micro-batch on a whole core, over the share 2) over its meetings; the rest of those terms is the same. tp2 or
+// cp2 on 2 ranks over the same cores prices every term as with a device per rank, bit for bit.
+TEST_F(TimeSharing, OversubscribedTpAndCpMeetingsWaitForEachPeersCoreHolder) {
+  HardwareProfile shared = two_cores(false);
+  HardwareProfile devices = shared;
+  devices.cores_per_node = 0;
+  using T = StepTerm;
+  struct Case {
+    int tp, cp, dp;
+    config::ContextParallelComm comm;
+    double meetings, peers;  // per micro-batch: the meetings (the holder's yields), the peers they wait for
+    T term;
+  };
+  const auto ring = config::ContextParallelComm::kRing, a2a = config::ContextParallelComm::kAllToAll;
+  const Case cases[] = {
+      // 4 blocks × (2 all-reduces in F, 2 in I) and the vocab-parallel embedding's 1: 17 meetings of one peer.
+      {2, 1, 2, ring, 17, 17, T::kTensorParallel},
+      // 4 blocks × (1 hop in F; 1 hop and 2 in I): 16 meetings with the neighbour.
+      {1, 2, 2, ring, 16, 16, T::kContextParallel},
+      // 4 blocks × (4 all-to-alls in F, 4 in I): 32 meetings; at cp4 each waits for 3 peers.
+      {1, 2, 2, a2a, 32, 32, T::kContextParallel},
+      {1, 4, 1, a2a, 32, 96, T::kContextParallel},
+  };
+  for (const Case& k : cases) {
+    PlanChoice c{k.tp, 1, k.dp, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8, false};
+    c.cp = k.cp;
+    c.cp_comm = k.comm;
+    const PlanEstimate e = estimate(c, shared, 4), own = estimate(c, devices, 4);
+    ASSERT_TRUE(e.oversubscribed());
+    ASSERT_DOUBLE_EQ(e.core_sharing, 2.0);
+    const double micro_batches = 8.0 / 2 / k.dp;
+    const double compute = e.breakdown[T::kForward] + e.breakdown[T::kInputGrad] + e.breakdown[T::kWeightGrad] +
+                           e.breakdown[T::kElementwise] + e.breakdown[T::kKernelLaunch];
+    ASSERT_GT(compute, 0);
+    const double each = (1 - 1.0 / 2) * (compute / micro_batches / 2.0 / k.meetings) / 2;
+    EXPECT_NEAR(e.group_core_holder_wait_s, each, 1e-15) << c.layout();
+    EXPECT_NEAR(e.breakdown[k.term] - own.breakdown[k.term], micro_batches * k.peers * each, 1e-12) << c.layout();
+    EXPECT_EQ(own.group_core_holder_wait_s, 0.0);
+    EXPECT_NE(oversubscription_warning(e).find("each tp collective, cp all-to-all and cp ring hop waits"),
+              std::string::npos) << oversubscription_warning(e);
+    // One rank per core: nothing waits, and every term is the device-per-rank plan's.
+    if (k.tp * k.cp > 2) continue;
+    c.dp = 1;
+    const PlanEstimate two = estimate(c, shared, 2), two_own = estimate(c, devices, 2);
+    EXPECT_FALSE(two.oversubscribed());
+    EXPECT_EQ(two.group_core_holder_wait_s, 0.0);
+    EXPECT_EQ(two.step_s, two_own.step_s) << c.layout();
+    for (std::size_t t = 0; t < two.breakdown.seconds.size(); ++t) {
+      EXPECT_EQ(two.breakdown.seconds[t], two_own.breakdown.seconds[t]) << c.layout() << " term " << t;
+    }
+  }
+}
+
 TEST_F(TimeSharing, Tp4ExchangesWaitTwoHandoffsPerPhaseWithOrWithoutSequenceParallelism) {
   // tp4 on 4 ranks over 2 cores: each phase waits 1 + 2 × (1 - 1/2) = 2 handoffs; an all-reduce is 2 phases, sequence
   // parallelism's reduce-scatter + all-gather 2 too. Micro 2 of a global batch 8 on one replica: 4 micro-batches of 17
@@ -310,6 +432,8 @@ TEST_F(TimeSharing, Tp4ExchangesWaitTwoHandoffsPerPhaseWithOrWithoutSequencePara
   for (bool sp : {false, true}) {
     const PlanChoice c{4, 1, 1, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8, sp};
     const PlanEstimate with = estimate(c, two_cores(true), 4), without = estimate(c, two_cores(false), 4);
+    // Each collective also waits for its 3 peers' core holders, with or without the key alike.
+    EXPECT_NEAR(with.group_core_holder_wait_s, without.group_core_holder_wait_s, 1e-15);
     EXPECT_NEAR(with.breakdown[StepTerm::kTensorParallel] - without.breakdown[StepTerm::kTensorParallel],
                 68 * 4 * 500e-6, 1e-9) << "sequence parallel " << sp;
   }

@@ -47,6 +47,10 @@ constexpr int64_t kBlock = 4096;
   }                                                                                                  \
   target_attr void widen_serial_##suffix(const std::uint16_t* x, float* y, int64_t n) {              \
     widen_range<U32, U16>(x, y, 0, n);                                                               \
+  }                                                                                                  \
+  target_attr void narrow_rows_##suffix(const float* x, int64_t ldx, std::uint16_t* y, int64_t ldy,  \
+                                        int64_t rows, int64_t n) {                                   \
+    for (int64_t r = 0; r < rows; ++r) narrow_range<U32, U16>(x + r * ldx, y + r * ldy, 0, n);       \
   }
 
 CLEAVE_CAST_PATH(baseline, , u32x4, u16x4)
@@ -87,6 +91,21 @@ void cast_f32_to_bf16_serial(const float* x, std::uint16_t* y, int64_t n) {
 void cast_bf16_to_f32_serial(const std::uint16_t* x, float* y, int64_t n) {
   static const auto path = isa_path(best_vector_isa(), "cast_bf16_to_f32_serial", CLEAVE_ISA_PATHS(widen_serial));
   path(x, y, n);
+}
+
+void cast_f32_to_bf16_rows_isa(VectorIsa isa, const float* x, int64_t ldx, std::uint16_t* y, int64_t ldy,
+                               int64_t rows, int64_t n) {
+  CLEAVE_ASSERT(rows >= 0 && n >= 0 && ldx >= n && ldy >= n,
+                "cast_f32_to_bf16_rows: rows {} of {} values, row strides {} and {}", rows, n, ldx, ldy);
+  isa_path(isa, "cast_f32_to_bf16_rows", CLEAVE_ISA_PATHS(narrow_rows))(x, ldx, y, ldy, rows, n);
+}
+
+// Called per block of rows: the path is chosen once per process, the per-call work (the path's constants) once per
+// block rather than per row.
+void cast_f32_to_bf16_rows_serial(const float* x, int64_t ldx, std::uint16_t* y, int64_t ldy, int64_t rows,
+                                  int64_t n) {
+  static const auto path = isa_path(best_vector_isa(), "cast_f32_to_bf16_rows_serial", CLEAVE_ISA_PATHS(narrow_rows));
+  path(x, ldx, y, ldy, rows, n);
 }
 
 }  // namespace cleave::kernels::cpu

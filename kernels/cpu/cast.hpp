@@ -19,8 +19,15 @@ void cast_bf16_to_f32(const std::uint16_t* x, float* y, int64_t n);
 void cast_f32_to_bf16_serial(const float* x, std::uint16_t* y, int64_t n);
 void cast_bf16_to_f32_serial(const std::uint16_t* x, float* y, int64_t n);
 
+// rows rows of n values (row strides ldx and ldy, in elements) narrowed as cast_f32_to_bf16_serial narrows them, one
+// call for a block (flash_attention's output and gradient rows); the elements between rows untouched.
+void cast_f32_to_bf16_rows_serial(const float* x, int64_t ldx, std::uint16_t* y, int64_t ldy, int64_t rows,
+                                  int64_t n);
+
 // One vector path; the two above run the widest. For tests and benchmarks.
 void cast_f32_to_bf16_isa(VectorIsa isa, const float* x, std::uint16_t* y, int64_t n);
 void cast_bf16_to_f32_isa(VectorIsa isa, const std::uint16_t* x, float* y, int64_t n);
+void cast_f32_to_bf16_rows_isa(VectorIsa isa, const float* x, int64_t ldx, std::uint16_t* y, int64_t ldy,
+                               int64_t rows, int64_t n);
 
 }  // namespace cleave::kernels::cpu

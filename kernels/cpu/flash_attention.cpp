@@ -72,8 +72,8 @@ void store_forward_rows(const FlashAttentionShape& s, const ForwardScratch& w, i
       std::fill(arow, arow + hd, 0.0f);
       lse_rows[r] = kNegInf;
     }
-    store_row(arow, out_rows + r * s.ld_o, hd);
   }
+  store_rows(w.acc, hd, out_rows, s.ld_o, rows, hd);
 }
 
 // One forward task: query block qb of head h in batch b, over every key block its rows see.

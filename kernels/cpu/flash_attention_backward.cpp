@@ -157,10 +157,8 @@ void finish_chunk_dq(std::uint16_t* dq, const FlashAttentionShape& s, const Back
                      const BackwardScratch& w) {
   const int64_t hd = s.head_dim, group = s.q_heads / s.kv_heads, rows = t.hi - t.lo;
   for (int64_t hh = 0; hh < group; ++hh) {
-    for (int64_t i = 0; i < rows; ++i) {
-      cast_f32_to_bf16_serial(w.dq_buf + (hh * rows + i) * hd,
-                              dq + (t.b * s.q_len + t.lo + i) * s.ld_q + (t.g * group + hh) * hd, hd);
-    }
+    cast_f32_to_bf16_rows_serial(w.dq_buf + hh * rows * hd, hd,
+                                 dq + (t.b * s.q_len + t.lo) * s.ld_q + (t.g * group + hh) * hd, s.ld_q, rows, hd);
   }
 }
 void finish_chunk_dq(float*, const FlashAttentionShape&, const BackwardTask&, const BackwardScratch&) {}
@@ -275,6 +273,11 @@ void store_key_block_grads(T* dk, T* dv, const FlashAttentionShape& s, const Bac
   if (t.dk_part != nullptr) {
     std::memcpy(t.dk_part + kb * hd, w.dk_acc, cols * hd * sizeof(float));
     std::memcpy(t.dv_part + kb * hd, w.dv_acc, cols * hd * sizeof(float));
+    return;
+  }
+  if (!accumulate) {
+    store_rows(w.dk_acc, hd, dk + (t.b * s.kv_len + kb) * s.ld_k + t.g * hd, s.ld_k, cols, hd);
+    store_rows(w.dv_acc, hd, dv + (t.b * s.kv_len + kb) * s.ld_v + t.g * hd, s.ld_v, cols, hd);
     return;
   }
   for (int64_t j = 0; j < cols; ++j) {

@@ -126,6 +126,13 @@ inline Block widen_block(const std::uint16_t* src, int64_t ld, int64_t rows, int
 // One output row of hd f32 values into its tensor (narrowed to bf16: nearest even, as cast_f32_to_bf16).
 inline void store_row(const float* f, float* dst, int64_t hd) { std::memcpy(dst, f, hd * sizeof(float)); }
 inline void store_row(const float* f, std::uint16_t* dst, int64_t hd) { cast_f32_to_bf16_serial(f, dst, hd); }
+// rows such rows (f with row stride ldf, dst with ld), in one call for bf16 (the same bits as row by row).
+inline void store_rows(const float* f, int64_t ldf, float* dst, int64_t ld, int64_t rows, int64_t hd) {
+  for (int64_t r = 0; r < rows; ++r) store_row(f + r * ldf, dst + r * ld, hd);
+}
+inline void store_rows(const float* f, int64_t ldf, std::uint16_t* dst, int64_t ld, int64_t rows, int64_t hd) {
+  cast_f32_to_bf16_rows_serial(f, ldf, dst, ld, rows, hd);
+}
 
 // t [cols, ldt] = a^T for a [rows, lda], in 8 x 8 tiles. The kernel multiplies by K^T and V^T through these
 // copies: row-major Q K^T is a transposed-A product to OpenBLAS (column-major), which sends it to its packing

@@ -144,8 +144,26 @@ __attribute__((target("avx512f,avx512bw"))) void scores_avx512(const Lhs& a, int
   fma_scores<false, detail::f32x16>(a, rows, b, cols, hd, scale, S, ld);
 }
 
+// One accumulator vector times scale into S's columns [c, min(c + 16, cols)), or (kAdd) added to what they hold: the
+// arithmetic of store_tile, with a masked load and store at the row's end in place of its lane copy.
+template <bool kAdd>
+__attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) inline void bf16_store(__m512 acc, float scale,
+                                                                                             float* S, int64_t c,
+                                                                                             int64_t cols) {
+  __m512 y = _mm512_mul_ps(acc, _mm512_set1_ps(scale));
+  if (c + kPairCols <= cols) {
+    if constexpr (kAdd) y = _mm512_add_ps(_mm512_loadu_ps(S + c), y);
+    _mm512_storeu_ps(S + c, y);
+    return;
+  }
+  const auto lanes = static_cast<__mmask16>((1u << (cols - c)) - 1u);
+  if constexpr (kAdd) y = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, S + c), y);
+  _mm512_mask_storeu_ps(S + c, lanes, y);
+}
+
 // vdpbf16ps: a bf16 pairs (row r's pair p the 32-bit word r * rs + p * ps), one pair broadcast per row and step, NV x
-// 16 columns.
+// 16 columns. Every loop over the tile is unrolled, so the R x NV accumulators live in registers from the first
+// product to the store (an accumulator indexed by a loop variable goes to the stack).
 template <bool kAdd, int R, int NV>
 __attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) inline void bf16_tile(
     const std::uint32_t* a, int64_t rs, int64_t ps, const std::uint32_t* b, int64_t cp, int64_t pairs, float scale,
@@ -167,11 +185,12 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) inline voi
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)kv[v], (__m512bh)x);
     }
   }
+#pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) {
-    detail::f32x16 out[R][1];
+    const int64_t c = c0 + v * kPairCols;
+    if (c >= cols) break;
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) out[r][0] = acc[r][v];
-    store_tile<kAdd, detail::f32x16, R, 1>(out, scale, S, ld, c0 + v * kPairCols, cols);
+    for (int r = 0; r < R; ++r) bf16_store<kAdd>(acc[r][v], scale, S + r * ld, c, cols);
   }
 }
 

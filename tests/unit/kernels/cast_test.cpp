@@ -1,11 +1,13 @@
 // f32 <-> bf16 casts: narrowing against a double-precision round-to-nearest-even reference (written here from
 // the definition, not from float_to_bf16), widening exact; special values (NaN payloads, infinities, signed
 // zeros, subnormals, ties, the largest finite float rounding to infinity); sizes that hit each path's vector
-// tail and the OpenMP path; and every vector path this CPU has (AVX2, AVX-512) giving the baseline path's bits.
+// tail and the OpenMP path; and every vector path this CPU has (AVX2, AVX-512) giving the baseline path's bits. The
+// block-of-rows narrowing (flash attention's output and gradient rows) likewise, on strided rows split between threads.
 #include "kernels/cpu/cast.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "engine/core/dtype.hpp"
+#include "kernel_test_util.hpp"
 #include "support/isa_paths.hpp"
 
 namespace cleave::kernels::cpu {
@@ -143,6 +146,43 @@ TEST(KernelCast, EveryIsaPathGivesTheSameBits) {
   for (std::int64_t i = 0; i < n; ++i) {
     ASSERT_EQ(base[static_cast<std::size_t>(i)], float_to_bf16(x[static_cast<std::size_t>(i)])) << "element " << i;
   }
+}
+
+// Rows of n values between gaps (row strides past n), split into blocks of rows between the threads as attention's
+// tasks split them: every value narrowed as the reference narrows it, the gaps untouched, on every path and thread
+// count. Values over 40 binades either side of 1 with the special values among them, so a wrong rounding shows.
+TEST(KernelCast, RowsNarrowAsTheReferenceOnEveryPathAndThreadCount) {
+  int checked = 0;
+  test::for_each_isa_path_and_threads([&](VectorIsa isa, int threads) {
+    for (const std::int64_t n : {1, 6, 15, 16, 17, 32, 33, 64}) {
+      const std::int64_t rows = 7, ldx = n + 3, ldy = n + 5, per_block = 3;
+      std::vector<float> x = test::random_floats_spanning_binades(static_cast<std::size_t>(rows * ldx), 7 + n, 80,
+                                                                  std::ldexp(1.0f, 40));
+      const std::vector<float> special = special_values();
+      for (std::size_t i = 0; i < x.size(); i += 5) x[i] = special[(i / 5) % special.size()];
+      std::vector<std::uint16_t> y(static_cast<std::size_t>(rows * ldy), 0xabcd);
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+      for (std::int64_t r0 = 0; r0 < rows; r0 += per_block) {
+        cast_f32_to_bf16_rows_isa(isa, x.data() + r0 * ldx, ldx, y.data() + r0 * ldy, ldy,
+                                  std::min(per_block, rows - r0), n);
+      }
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t c = 0; c < ldy; ++c) {
+          const std::uint16_t got = y[static_cast<std::size_t>(r * ldy + c)];
+          const std::uint16_t want = c < n ? bf16_ref(x[static_cast<std::size_t>(r * ldx + c)]) : 0xabcd;
+          ASSERT_EQ(got, want) << test::isa_label(isa) << " threads " << threads << " n " << n << " at " << r << ", "
+                               << c;
+        }
+      }
+      ++checked;
+    }
+  });
+  EXPECT_GT(checked, 0);
+  std::vector<float> x = test::random_floats_spanning_binades(40, 3, 80);
+  std::vector<std::uint16_t> serial(40, 0), path(40, 0);
+  cast_f32_to_bf16_rows_serial(x.data(), 10, serial.data(), 10, 4, 9);
+  cast_f32_to_bf16_rows_isa(VectorIsa::kBaseline, x.data(), 10, path.data(), 10, 4, 9);
+  EXPECT_TRUE(test::same_bits(serial, path));
 }
 
 }  // namespace

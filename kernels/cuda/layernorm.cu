@@ -1,7 +1,7 @@
 // LayerNorm kernels (layernorm.hpp). Forward and backward_input: one warp per row, lanes stride the columns
-// (coalesced), butterfly sums give every lane the row statistics. backward_weight: the bias_backward scheme
-// (bias.cu) with two accumulators per column.
-#include "kernels/cuda/bias.hpp"
+// (coalesced), butterfly sums give every lane the row statistics. backward_weight: column_sum.cuh's two passes
+// (bias_backward's scheme) with two sums per column, dgamma's and dbeta's.
+#include "kernels/cuda/column_sum.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/layernorm.hpp"
 
@@ -9,8 +9,6 @@ namespace cleave::kernels::cuda::detail {
 namespace {
 
 constexpr int kRowsPerBlock = launch::kRowsPerBlock;
-constexpr int kTileCols = launch::kTileCols;
-constexpr int kTileRows = launch::kTileRows;
 
 unsigned int row_blocks(int64_t rows) { return static_cast<unsigned int>(launch::warp_per_row(rows).grid.x); }
 
@@ -65,49 +63,21 @@ __global__ void layernorm_backward_input_kernel(ConstFloats dy, ConstFloats x, C
   }
 }
 
+// Sum 0 is dgamma's, sum 1 dbeta's: partials holds their [chunks, cols] partials one after the other.
 __global__ void layernorm_weight_partial_kernel(ConstFloats dy, ConstFloats x, const float* mean, const float* rstd,
-                                                int64_t rows, int64_t cols, int64_t rows_per_chunk,
-                                                float* partials_gamma, float* partials_beta) {
-  __shared__ float tile_gamma[kTileRows][kTileCols];
-  __shared__ float tile_beta[kTileRows][kTileCols];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kTileCols + threadIdx.x;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
-  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
-  float acc_gamma = 0.0f;
-  float acc_beta = 0.0f;
-  if (c < cols) {
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows) {
-      const float d = load(dy, r * cols + c);
-      acc_gamma += d * (load(x, r * cols + c) - mean[r]) * rstd[r];
-      acc_beta += d;
-    }
-  }
-  tile_gamma[threadIdx.y][threadIdx.x] = acc_gamma;
-  tile_beta[threadIdx.y][threadIdx.x] = acc_beta;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
-    float g = tile_gamma[0][threadIdx.x];
-    float b = tile_beta[0][threadIdx.x];
-    for (int k = 1; k < kTileRows; ++k) {
-      g += tile_gamma[k][threadIdx.x];
-      b += tile_beta[k][threadIdx.x];
-    }
-    partials_gamma[static_cast<int64_t>(blockIdx.y) * cols + c] = g;
-    partials_beta[static_cast<int64_t>(blockIdx.y) * cols + c] = b;
-  }
+                                                int64_t rows, int64_t cols, int64_t rows_per_chunk, float* partials) {
+  column_partial_sums<2>(rows, cols, rows_per_chunk, partials, [&](int64_t r, int64_t c, float (&acc)[2]) {
+    const float d = load(dy, r * cols + c);
+    acc[0] += d * (load(x, r * cols + c) - mean[r]) * rstd[r];
+    acc[1] += d;
+  });
 }
 
-__global__ void layernorm_weight_final_kernel(const float* partials_gamma, const float* partials_beta, int64_t chunks,
-                                              int64_t cols, float* dgamma, float* dbeta) {
+__global__ void layernorm_weight_final_kernel(const float* partials, int64_t chunks, int64_t cols, float* dgamma,
+                                              float* dbeta) {
   for (int64_t c = global_thread(); c < cols; c += grid_threads()) {
-    float g = 0.0f;
-    float b = 0.0f;
-    for (int64_t k = 0; k < chunks; ++k) {
-      g += partials_gamma[k * cols + c];
-      b += partials_beta[k * cols + c];
-    }
-    dgamma[c] += g;
-    dbeta[c] += b;
+    dgamma[c] += column_chunk_sum(partials, chunks, cols, c);
+    dbeta[c] += column_chunk_sum(partials + chunks * cols, chunks, cols, c);
   }
 }
 
@@ -132,15 +102,11 @@ cudaError_t launch_layernorm_backward_weight(ConstFloats dy, ConstFloats x, cons
                                              float* dgamma, float* dbeta, int64_t rows, int64_t cols, float* partials,
                                              cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;  // an empty grid is not a legal launch
-  const int64_t chunks = column_reduction_chunks(rows);
-  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-  float* partials_gamma = partials;
-  float* partials_beta = partials + chunks * cols;
   const LaunchConfig tiles = launch::column_partial(rows, cols);
   layernorm_weight_partial_kernel<<<to_grid(tiles), to_block(tiles), 0, stream>>>(
-      dy, x, mean, rstd, rows, cols, rows_per_chunk, partials_gamma, partials_beta);
-  layernorm_weight_final_kernel<<<grid_for(cols), kThreads, 0, stream>>>(partials_gamma, partials_beta, chunks, cols,
-                                                                         dgamma, dbeta);
+      dy, x, mean, rstd, rows, cols, column_rows_per_chunk(rows), partials);
+  layernorm_weight_final_kernel<<<grid_for(cols), kThreads, 0, stream>>>(
+      partials, launch::column_reduction_chunks(rows), cols, dgamma, dbeta);
   return cudaGetLastError();
 }
 

@@ -1,8 +1,8 @@
 // RMSNorm kernels (rmsnorm.hpp). Forward and backward_input: one warp per row, lanes stride the columns
 // (coalesced), a butterfly sum gives every lane the row's sum (the LayerNorm kernels' scheme, layernorm.cu).
-// backward_weight: the bias_backward scheme (bias.cu): [chunks, cols] partial column sums from a 32 x 8 thread
-// tile (rows strided by 8, the 8 lanes folded in order), then one thread per column adding its chunks in order.
-#include "kernels/cuda/bias.hpp"
+// backward_weight: column_sum.cuh's two passes over dy x rstd (bias_backward's scheme): [chunks, cols] partial
+// column sums, then one thread per column adding its chunks in order.
+#include "kernels/cuda/column_sum.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/rmsnorm.hpp"
 
@@ -10,8 +10,6 @@ namespace cleave::kernels::cuda::detail {
 namespace {
 
 constexpr int kRowsPerBlock = launch::kRowsPerBlock;
-constexpr int kTileCols = launch::kTileCols;
-constexpr int kTileRows = launch::kTileRows;
 
 unsigned int row_blocks(int64_t rows) { return static_cast<unsigned int>(launch::warp_per_row(rows).grid.x); }
 
@@ -134,31 +132,13 @@ __global__ void add_rmsnorm_backward_input_kernel(ConstFloats dy, ConstFloats dr
 
 __global__ void rmsnorm_weight_partial_kernel(ConstFloats dy, ConstFloats x, const float* rstd, int64_t rows,
                                               int64_t cols, int64_t rows_per_chunk, float* partials) {
-  __shared__ float tile[kTileRows][kTileCols];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kTileCols + threadIdx.x;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
-  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
-  float acc = 0.0f;
-  if (c < cols) {
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows) {
-      acc += load(dy, r * cols + c) * load(x, r * cols + c) * rstd[r];
-    }
-  }
-  tile[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
-    float sum = tile[0][threadIdx.x];
-    for (int k = 1; k < kTileRows; ++k) sum += tile[k][threadIdx.x];
-    partials[static_cast<int64_t>(blockIdx.y) * cols + c] = sum;
-  }
+  column_partial_sums<1>(rows, cols, rows_per_chunk, partials, [&](int64_t r, int64_t c, float (&acc)[1]) {
+    acc[0] += load(dy, r * cols + c) * load(x, r * cols + c) * rstd[r];
+  });
 }
 
 __global__ void rmsnorm_weight_final_kernel(const float* partials, int64_t chunks, int64_t cols, float* dweight) {
-  for (int64_t c = global_thread(); c < cols; c += grid_threads()) {
-    float sum = 0.0f;
-    for (int64_t k = 0; k < chunks; ++k) sum += partials[k * cols + c];
-    dweight[c] += sum;
-  }
+  add_column_sums(partials, chunks, cols, dweight);
 }
 
 }  // namespace
@@ -196,14 +176,13 @@ cudaError_t launch_add_rmsnorm_backward_input(ConstFloats dy, ConstFloats dres, 
 cudaError_t launch_rmsnorm_backward_weight(ConstFloats dy, ConstFloats x, const float* rstd, float* dweight,
                                            int64_t rows, int64_t cols, float* partials, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;  // an empty grid is not a legal launch
-  const int64_t chunks = column_reduction_chunks(rows);
-  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   const LaunchConfig tiles = launch::column_partial(rows, cols);
   rmsnorm_weight_partial_kernel<<<to_grid(tiles), to_block(tiles), 0, stream>>>(dy, x, rstd, rows, cols,
-                                                                                rows_per_chunk, partials);
+                                                                                column_rows_per_chunk(rows), partials);
   const cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) return status;
-  rmsnorm_weight_final_kernel<<<grid_for(cols), kThreads, 0, stream>>>(partials, chunks, cols, dweight);
+  rmsnorm_weight_final_kernel<<<grid_for(cols), kThreads, 0, stream>>>(
+      partials, launch::column_reduction_chunks(rows), cols, dweight);
   return cudaGetLastError();
 }
 

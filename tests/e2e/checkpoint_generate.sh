@@ -5,14 +5,10 @@
 # not byte-level (vocab 64) is refused with a message naming it; one with more tokens than bytes (vocab 300)
 # prints token ids with a warning saying why.
 # Usage: checkpoint_generate.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
-set -u
-cleave=$1; src=$2; shift 2
-mpiexec=("$@")
+src=$(realpath "$2")
+source "$(dirname "$0")/mpi_script_setup.sh" "$(realpath "$1")" "${@:3}"  # cleave, mpiexec, $work entered
 text=/usr/share/games/fortunes/cookie
 [ -f "$text" ] || { echo "skip: $text not installed (apt-get install fortunes-min)"; exit 0; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
 fail() { echo "FAIL $*"; exit 1; }
 "${mpiexec[@]}" -n 2 "$cleave" train "$src/examples/gpt_fortunes.json" --set model.d_model=32 --set model.n_layers=2 \
   --set train.steps=40 --set train.eval_batches=0 --set parallel.pipeline_model_parallel_size=2 \

@@ -21,12 +21,8 @@
 #    unknown config key, a model_type that contradicts architectures, byte-level text data on a model with a
 #    tokenizer.json of its own, a config.json cut short.
 # Usage: finetune_recipe.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
-set -u
-cleave=$1; src=$2; shift 2
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+src=$(realpath "$2")
+source "$(dirname "$0")/mpi_script_setup.sh" "$(realpath "$1")" "${@:3}"  # cleave, mpiexec, $work entered
 source "$src/tests/e2e/hf_lib.sh"  # fail, fixture, loss, refuse, refuse_input
 common=(--set train.eval_batches=0 --set model.seq_len=8 --set optimizer.lr=0.01)
 layout=(--set parallel.tensor_model_parallel_size=2 --set parallel.pipeline_model_parallel_size=2)

@@ -9,12 +9,8 @@
 #    model key that disagrees, --resume of a weights-only checkpoint, an existing --out) is one error line
 #    naming it, a non-zero exit, and nothing written.
 # Usage: hf_checkpoints.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
-set -u
-cleave=$1; src=$2; shift 2
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+src=$(realpath "$2")
+source "$(dirname "$0")/mpi_script_setup.sh" "$(realpath "$1")" "${@:3}"  # cleave, mpiexec, $work entered
 source "$src/tests/e2e/hf_lib.sh"  # fail, fixture, loss, refuse
 fixture hf
 fixture hf_sharded --shards 3

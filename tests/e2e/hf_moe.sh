@@ -16,12 +16,8 @@
 #  - cleave run -- --init-from at ep2 with a rank killed: restarted and completed (the supervisor plans for the weights'
 #    model).
 # Usage: hf_moe.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
-set -u
-cleave=$1; src=$2; shift 2
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+src=$(realpath "$2")
+source "$(dirname "$0")/mpi_script_setup.sh" "$(realpath "$1")" "${@:3}"  # cleave, mpiexec, $work entered
 source "$src/tests/e2e/hf_lib.sh"
 fixture mix --mixtral
 fixture mix_sharded --mixtral --shards 3

@@ -11,12 +11,8 @@
 #    --init-from takes a shorter seq_len;
 #  - refused with one error line, nothing written: mlp_only_layers, decoder_sparse_step, Qwen3's attention_bias.
 # Usage: hf_qwen3.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
-set -u
-cleave=$1; src=$2; shift 2
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+src=$(realpath "$2")
+source "$(dirname "$0")/mpi_script_setup.sh" "$(realpath "$1")" "${@:3}"  # cleave, mpiexec, $work entered
 source "$src/tests/e2e/hf_lib.sh"
 fixture q3 --qwen3
 fixture q3m --qwen3moe

@@ -4,12 +4,8 @@
 # every metrics.jsonl row carries the routing metrics (moe_aux_loss, moe_load_imbalance, one moe_tokens_e<i>
 # per expert summing to the step's routed tokens), the loss is finite, and report.html draws "Expert load".
 # Usage: moe_example.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
-set -u
-cleave=$1; src=$2; shift 2
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+src=$(realpath "$2")
+source "$(dirname "$0")/mpi_script_setup.sh" "$(realpath "$1")" "${@:3}"  # cleave, mpiexec, $work entered
 fail() { echo "FAIL $*"; exit 1; }
 "${mpiexec[@]}" -n 2 "$cleave" train "$src/examples/moe/config.json" --set train.steps=4 --set train.eval_interval=2 \
   --set train.log_interval=1 --set train.out_dir=run > train.log 2>&1 || { cat train.log; fail "the example"; }

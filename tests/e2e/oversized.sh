@@ -2,13 +2,9 @@
 # The oversized demo (examples/oversized): one rank is refused before the world is built (bad input, exit 64) with
 # the bytes it needs by category against device.memory_limit; the same config on pp 4 x tp 2 = 8 ranks trains and evaluates, and
 # the largest per-rank peak the allocator measured stays under the cap. Usage: oversized.sh CLEAVE SRC_DIR MPIEXEC [FLAGS...]
-set -u
-cleave=$1; src=$2; shift 2
-mpiexec=("$@")
+src=$(realpath "$2")
+source "$(dirname "$0")/mpi_script_setup.sh" "$(realpath "$1")" "${@:3}"  # cleave, mpiexec, $work entered
 config=$src/examples/oversized/gpt_oversized.json
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
 
 out=$("$cleave" train "$config" --set parallel.tensor_model_parallel_size=1 \
       --set parallel.pipeline_model_parallel_size=1 --set train.out_dir=single 2>&1)

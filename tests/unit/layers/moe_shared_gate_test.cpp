@@ -16,6 +16,7 @@
 #include "layers/moe/shared_expert_gate.hpp"
 #include "partition/cost_model.hpp"
 #include "layer_test_util.hpp"
+#include "moe_test_util.hpp"
 
 namespace cleave::layers {
 namespace {
@@ -186,29 +187,12 @@ TEST(SharedExpertGate, MoeMlpGradientsMatchFiniteDifferences) {
 }
 
 TEST(SharedExpertGate, MoeBlockParameterNamesAndCount) {
-  partition::MoeConfig c;
-  c.vocab_size = 11;
-  c.d_model = 8;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.ffn_hidden_size = 6;
-  c.seq_len = 4;
-  c.n_experts = 3;
-  c.top_k = 2;
+  partition::MoeConfig c = testing::one_layer_moe();
   c.n_shared_experts = 2;
   c.shared_expert_gate = true;
   c.qkv_bias = true;
   c.normalize_top_k = false;
-  const partition::ModelSpec spec = partition::make_moe_spec(c);
-  auto block = make_moe_block(spec.blocks[1], spec.moe, gate_init(), 1, 0);
-  std::vector<std::string> names;
-  std::int64_t count = 0;
-  for (const auto& p : block->params()) {
-    names.push_back(p->name + " " + p->value.shape().str());
-    count += p->value.numel();
-  }
-  EXPECT_EQ(count, partition::block_cost(spec.blocks[1]).param_count);
-  EXPECT_EQ(names, (std::vector<std::string>{
+  EXPECT_EQ(testing::moe_block_params(c, gate_init()), (std::vector<std::string>{
                        "blocks.0.attn_norm.weight [8]", "blocks.0.attn.q.weight [8,8]", "blocks.0.attn.q.bias [8]",
                        "blocks.0.attn.k.weight [8,8]", "blocks.0.attn.k.bias [8]", "blocks.0.attn.v.weight [8,8]",
                        "blocks.0.attn.v.bias [8]", "blocks.0.attn.o.weight [8,8]", "blocks.0.mlp_norm.weight [8]",

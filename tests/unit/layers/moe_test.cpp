@@ -20,6 +20,7 @@
 #include "partition/cost_model.hpp"
 #include "partition/families/moe_staging.hpp"
 #include "layer_test_util.hpp"
+#include "moe_test_util.hpp"
 
 namespace cleave::layers {
 namespace {
@@ -554,28 +555,12 @@ TEST(MoeMlp, UploadStagingIsThePlansFormula) {
 }
 
 TEST(MoeBlock, ParameterNamesAndShapes) {
-  partition::MoeConfig c;
-  c.vocab_size = 11;
-  c.d_model = 8;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.ffn_hidden_size = 6;
-  c.seq_len = 4;
-  c.n_experts = 3;
-  c.top_k = 2;
+  partition::MoeConfig c = testing::one_layer_moe();
   c.n_shared_experts = 1;
   c.router = RouterKind::kSigmoid;
-  const partition::ModelSpec spec = partition::make_moe_spec(c);
-  ASSERT_EQ(spec.blocks[1].kind, partition::BlockKind::kMoeBlock);
-  auto block = make_moe_block(spec.blocks[1], spec.moe, moe_init(), 1, 0);
-  std::vector<std::string> names;
-  std::int64_t count = 0;
-  for (const auto& p : block->params()) {
-    names.push_back(p->name + " " + p->value.shape().str());
-    count += p->value.numel();
-  }
-  EXPECT_EQ(count, partition::block_cost(spec.blocks[1]).param_count);  // the cost model counts every expert
-  EXPECT_EQ(names, (std::vector<std::string>{
+  ASSERT_EQ(partition::make_moe_spec(c).blocks[1].kind, partition::BlockKind::kMoeBlock);
+  // The count the listing checks against the cost model's includes every expert.
+  EXPECT_EQ(testing::moe_block_params(c, moe_init()), (std::vector<std::string>{
                        "blocks.0.attn_norm.weight [8]", "blocks.0.attn.q.weight [8,8]", "blocks.0.attn.k.weight [8,8]",
                        "blocks.0.attn.v.weight [8,8]", "blocks.0.attn.o.weight [8,8]", "blocks.0.mlp_norm.weight [8]",
                        "blocks.0.moe.router.weight [3,8]", "blocks.0.moe.router.bias [3]",

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +20,7 @@ namespace {
 
 using cleave::kernels::test::random_floats;
 using test::like;
+using test::message_of;
 using test::tensor_of;
 
 Tensor clone(const Tensor& t) {
@@ -96,15 +96,6 @@ TEST_P(OpsAddRmsNorm, FusedIsTheUnfusedPairBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, OpsAddRmsNorm, ::testing::Values(1, 2));
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(OpsAddRmsNormChecks, ArgumentErrorsNameTheOp) {
   const Context ctx;

@@ -8,7 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
+#include <cstdint>
 #include <limits>
 #include <string>
 
@@ -23,6 +23,7 @@ namespace {
 using cleave::kernels::test::random_floats;
 using test::cast;
 using test::empty;
+using test::expect_error;
 using test::f32;
 using test::norm;
 using test::rounded;
@@ -53,16 +54,30 @@ AttentionParams params() {
   return p;
 }
 
+// f32 attention at params() on random q [B, T, Hq hd], k, v [B, T, Hkv hd] and dout (seeds seed to seed + 3): the
+// inputs, the forward's out and lse, the backward's gradients.
+struct F32Attention {
+  Tensor q, k, v, dout, out, lse, dq, dk, dv;
+};
+F32Attention f32_attention(const Context& ctx, std::uint64_t seed) {
+  F32Attention a;
+  a.q = f32(random_floats(B * T * Hq * hd, seed), {B, T, Hq * hd});
+  a.k = f32(random_floats(B * T * Hkv * hd, seed + 1), {B, T, Hkv * hd});
+  a.v = f32(random_floats(B * T * Hkv * hd, seed + 2), {B, T, Hkv * hd});
+  a.dout = f32(random_floats(B * T * Hq * hd, seed + 3), {B, T, Hq * hd});
+  a.out = empty(a.q.shape());
+  a.lse = empty({B, Hq, T});
+  attention_forward(ctx, a.q, a.k, a.v, a.out, a.lse, params());
+  a.dq = empty(a.q.shape());
+  a.dk = empty(a.k.shape());
+  a.dv = empty(a.v.shape());
+  attention_backward(ctx, a.q, a.k, a.v, a.out, a.lse, a.dout, a.dq, a.dk, a.dv, params());
+  return a;
+}
+
 TEST(OpsAttention, PackedEqualsUnpacked) {
   const Context ctx;
-  const Tensor q = f32(random_floats(B * T * Hq * hd, 1), {B, T, Hq * hd});
-  const Tensor k = f32(random_floats(B * T * Hkv * hd, 2), {B, T, Hkv * hd});
-  const Tensor v = f32(random_floats(B * T * Hkv * hd, 3), {B, T, Hkv * hd});
-  const Tensor dout = f32(random_floats(B * T * Hq * hd, 4), {B, T, Hq * hd});
-  Tensor out = empty(q.shape()), lse = empty({B, Hq, T});
-  attention_forward(ctx, q, k, v, out, lse, params());
-  Tensor dq = empty(q.shape()), dk = empty(k.shape()), dv = empty(v.shape());
-  attention_backward(ctx, q, k, v, out, lse, dout, dq, dk, dv, params());
+  const auto [q, k, v, dout, out, lse, dq, dk, dv] = f32_attention(ctx, 1);
   EXPECT_GT(norm(out), 0.0);
   EXPECT_GT(norm(dk), 0.0);
 
@@ -212,14 +227,7 @@ TEST(OpsAttention, HalvedAndQuarteredKeyBlocksSumInDifferentOrders) {
 
 TEST(OpsAttention, AccumulateAddsOntoTheGradients) {
   const Context ctx;
-  const Tensor q = f32(random_floats(B * T * Hq * hd, 9), {B, T, Hq * hd});
-  const Tensor k = f32(random_floats(B * T * Hkv * hd, 10), {B, T, Hkv * hd});
-  const Tensor v = f32(random_floats(B * T * Hkv * hd, 11), {B, T, Hkv * hd});
-  const Tensor dout = f32(random_floats(B * T * Hq * hd, 12), {B, T, Hq * hd});
-  Tensor out = empty(q.shape()), lse = empty({B, Hq, T});
-  attention_forward(ctx, q, k, v, out, lse, params());
-  Tensor dq = empty(q.shape()), dk = empty(k.shape()), dv = empty(v.shape());
-  attention_backward(ctx, q, k, v, out, lse, dout, dq, dk, dv, params());
+  const auto [q, k, v, dout, out, lse, dq, dk, dv] = f32_attention(ctx, 9);
   Tensor dq2 = f32(dq.to_floats(), dq.shape()), dk2 = f32(dk.to_floats(), dk.shape()),
          dv2 = f32(dv.to_floats(), dv.shape());
   AttentionParams acc = params();
@@ -245,15 +253,6 @@ TEST(OpsAttention, MergeInPlace) {
   EXPECT_EQ(out_a.to_floats(), (std::vector<float>{3, 4, 7, 8}));
   EXPECT_FLOAT_EQ(lse_a.to_floats()[0], std::log(2.0f));
   EXPECT_FLOAT_EQ(lse_a.to_floats()[1], 1.0f);
-}
-
-void expect_error(const std::function<void()>& f, const std::string& part) {
-  try {
-    f();
-    FAIL() << "no error; expected one mentioning: " << part;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
 }
 
 TEST(OpsAttention, BadArgumentsNameTheOpAndTheNumbers) {

@@ -20,9 +20,19 @@
 namespace cleave::ops {
 namespace {
 
-using cleave::kernels::test::random_floats;
+using cleave::kernels::test::random_floats_spanning_binades;
 using test::like;
 using test::tensor_of;
+
+// Operands over many binades (kernel_test_util.hpp): of one binade, bf16 values (8 significant bits) and their
+// products (16) mostly add exactly in f32, so a row sum or a GEMM's sum over k taken in another order on the chunked
+// or epilogue path would still match. kSumBinades where values themselves are summed (layernorm's mean; the row ops
+// take all their inputs so), kProductBinades per operand of the GEMM, whose sums are of products.
+constexpr int kSumBinades = 24;
+constexpr int kProductBinades = 12;
+std::vector<float> spread(std::size_t n, std::uint64_t seed, int binades = kSumBinades, float scale = 1.0f) {
+  return random_floats_spanning_binades(n, seed, binades, scale);
+}
 
 struct Shape2 {
   std::int64_t rows, cols;
@@ -59,8 +69,8 @@ TEST_P(OpsBf16Chunked, ElementwiseOpsMatchTheWholeTensorReference) {
     const auto n = static_cast<std::size_t>(s.rows * s.cols);
     const std::string at = " [" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "] threads " +
                            std::to_string(GetParam());
-    const Tensor a = tensor_of(random_floats(n, 1, 3.0f), shape, bf);
-    const Tensor b = tensor_of(random_floats(n, 2, 3.0f), shape, bf);
+    const Tensor a = tensor_of(spread(n, 1, kSumBinades, 3.0f), shape, bf);
+    const Tensor b = tensor_of(spread(n, 2, kSumBinades, 3.0f), shape, bf);
     const Tensor af = widened(a), bfv = widened(b);
 
     Tensor out = like(a, bf), want = like(af, DType::kF32);
@@ -73,19 +83,19 @@ TEST_P(OpsBf16Chunked, ElementwiseOpsMatchTheWholeTensorReference) {
     add(ctx_, af, b, out32);
     expect_same(out32, want, "add f32+bf16" + at);
 
-    Tensor y = tensor_of(random_floats(n, 3), shape, bf);
+    Tensor y = tensor_of(spread(n, 3), shape, bf);
     Tensor yf = widened(y);
     add_inplace(ctx_, y, a);
     add_inplace(ctx_, yf, af);
     expect_same(y, yf, "add_inplace" + at);
 
-    Tensor y2 = tensor_of(random_floats(n, 4), shape, bf);
+    Tensor y2 = tensor_of(spread(n, 4), shape, bf);
     Tensor y2f = widened(y2);
     scale_inplace(ctx_, y2, -1.7f);
     scale_inplace(ctx_, y2f, -1.7f);
     expect_same(y2, y2f, "scale_inplace" + at);
 
-    Tensor z = tensor_of(random_floats(n, 5), shape, bf);
+    Tensor z = tensor_of(spread(n, 5), shape, bf);
     Tensor zf = widened(z);
     axpy(ctx_, 0.25f, a, z);
     axpy(ctx_, 0.25f, af, zf);
@@ -109,7 +119,7 @@ TEST_P(OpsBf16Chunked, ElementwiseOpsMatchTheWholeTensorReference) {
     swiglu_forward(ctx_, a, b, h);
     swiglu_forward(ctx_, af, bfv, hf);
     expect_same(h, hf, "swiglu_forward" + at);
-    const Tensor dh = tensor_of(random_floats(n, 6), shape, bf);
+    const Tensor dh = tensor_of(spread(n, 6), shape, bf);
     Tensor dga = like(a, bf), dua = like(a, bf), dgaf = like(af, DType::kF32), duaf = like(af, DType::kF32);
     swiglu_backward(ctx_, a, b, dh, dga, dua);
     swiglu_backward(ctx_, af, bfv, widened(dh), dgaf, duaf);
@@ -126,13 +136,13 @@ TEST_P(OpsBf16Chunked, RowOpsMatchTheWholeTensorReference) {
     const auto cols = static_cast<std::size_t>(s.cols);
     const std::string at = " [" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "] threads " +
                            std::to_string(GetParam());
-    const Tensor x = tensor_of(random_floats(n, 11, 2.0f), shape, bf), dy = tensor_of(random_floats(n, 12), shape, bf);
+    const Tensor x = tensor_of(spread(n, 11, kSumBinades, 2.0f), shape, bf), dy = tensor_of(spread(n, 12), shape, bf);
     const Tensor xf = widened(x), dyf = widened(dy);
-    const Tensor gamma = tensor_of(random_floats(cols, 13), Shape{s.cols}, bf);
-    const Tensor beta = tensor_of(random_floats(cols, 14), Shape{s.cols}, bf);
+    const Tensor gamma = tensor_of(spread(cols, 13), Shape{s.cols}, bf);
+    const Tensor beta = tensor_of(spread(cols, 14), Shape{s.cols}, bf);
     auto stats = [&] { return Tensor::empty(Shape{s.rows}, DType::kF32, MemoryCategory::kActivations, cpu_allocator()); };
 
-    Tensor bias_y = tensor_of(random_floats(n, 15), shape, bf);
+    Tensor bias_y = tensor_of(spread(n, 15), shape, bf);
     Tensor bias_yf = widened(bias_y);
     bias_add_forward(ctx_, bias_y, beta);
     bias_add_forward(ctx_, bias_yf, widened(beta));
@@ -170,9 +180,9 @@ TEST_P(OpsBf16Chunked, LinearForwardAddsTheBiasInF32AndRoundsOnce) {
   for (const auto& [m, n, k] : {std::array<std::int64_t, 3>{1, 1, 1}, {37, 29, 53}, {1024, 1024, 256},
                                 {3, 4099, 17}}) {
     const std::string at = fmt::format(" {}x{}x{} threads {}", m, n, k, GetParam());
-    const Tensor a = tensor_of(random_floats(static_cast<std::size_t>(m * k), 21), Shape{m, k}, bf);
-    const Tensor w = tensor_of(random_floats(static_cast<std::size_t>(n * k), 22), Shape{n, k}, bf);
-    const Tensor bias = tensor_of(random_floats(static_cast<std::size_t>(n), 23, 4.0f), Shape{n}, bf);
+    const Tensor a = tensor_of(spread(static_cast<std::size_t>(m * k), 21, kProductBinades), Shape{m, k}, bf);
+    const Tensor w = tensor_of(spread(static_cast<std::size_t>(n * k), 22, kProductBinades), Shape{n, k}, bf);
+    const Tensor bias = tensor_of(spread(static_cast<std::size_t>(n), 23, kSumBinades, 4.0f), Shape{n}, bf);
     GemmOptions plain;
     plain.trans_b = true;
     Tensor want = Tensor::empty(Shape{m, n}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());

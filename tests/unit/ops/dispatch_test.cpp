@@ -6,18 +6,12 @@
 #include "engine/core/error.hpp"
 #include "kernels/ops/dispatch.hpp"
 #include "kernels/ops/ops.hpp"
+#include "unit/ops/ops_test_util.hpp"
 
 namespace cleave::ops {
 namespace {
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::message_of;
 
 TEST(OpsDispatch, CpuBackendFillsEverySlot) {
   const Backend& cpu = cpu_backend();

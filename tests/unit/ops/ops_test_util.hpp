@@ -1,16 +1,19 @@
 // Shared helpers of the seam's CPU op tests (tests/unit/ops): f32 tensors from values, empty host tensors of a
 // dtype, casts through ops::copy, the f32 values a bf16 tensor holds (the reference ops' inputs), a bf16 output
 // checked as the f32 reference rounded once, the sum of squares that keeps an all-zero output from passing, an
-// element-for-element comparison of bits, and the fixture of the tests run at 1 and 2 CPU threads.
+// element-for-element comparison of bits, the fixture of the tests run at 1 and 2 CPU threads, and the message of a
+// refusal.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "engine/core/error.hpp"
 #include "kernels/ops/ops.hpp"
 
 namespace cleave::ops::test {
@@ -84,5 +87,25 @@ class CpuThreadsTest : public ::testing::TestWithParam<int> {
   Context ctx_;
   int saved_ = 1;
 };
+
+// The message of the cleave::Error `f` throws ("" when it throws none).
+inline std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// `f` is refused with a cleave::Error whose message holds `part` (the op's name and the numbers it objects to).
+inline void expect_error(const std::function<void()>& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one mentioning: " << part;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace cleave::ops::test

@@ -22,6 +22,7 @@
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "support/scratch_dir_test.hpp"
+#include "synthetic_profile.hpp"
 
 namespace cleave::planner {
 namespace {
@@ -42,13 +43,8 @@ class CoreSharing : public testing::ScratchDirTest {
 
   // Only compute costs time; `cores` cores per node, the rates measured with `measured_ranks` ranks on them.
   static HardwareProfile machine(int cores, int measured_ranks) {
-    HardwareProfile p;
-    p.name = p.source = "test";
+    HardwareProfile p = testing::synthetic_profile(3e9, 1e30, Link{1e-30, 1e30}, Link{1e-30, 1e30}, 8);
     p.device_type = DeviceType::kCpu;
-    p.flops_f32 = p.flops_bf16 = 3e9;
-    p.memory_bandwidth_Bps = 1e30;
-    p.intra_node = p.inter_node = Link{1e-30, 1e30};
-    p.ranks_per_node = 8;
     p.cores_per_node = cores;
     p.measured_ranks_per_node = measured_ranks;
     p.device_memory = 1LL << 30;

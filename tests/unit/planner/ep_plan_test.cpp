@@ -25,6 +25,7 @@
 #include "partition/families/moe.hpp"
 #include "partition/hardware_profile.hpp"
 #include "support/scratch_dir_test.hpp"
+#include "synthetic_profile.hpp"
 
 namespace cleave::planner {
 namespace {
@@ -186,13 +187,8 @@ class EpPlanSearch : public testing::ScratchDirTest {
 
   // Compute and the optimizer cost (almost) nothing; the link has the given latency and bandwidth.
   static HardwareProfile profile(double latency_s = 1e-30, double bandwidth_Bps = 1e30) {
-    HardwareProfile p;
-    p.name = p.source = "test";
-    p.flops_f32 = p.flops_bf16 = 1e30;
-    p.memory_bandwidth_Bps = 1e30;
-    p.intra_node = p.inter_node = Link{latency_s, bandwidth_Bps};
-    p.ranks_per_node = 8;
-    return p;
+    const Link link{latency_s, bandwidth_Bps};
+    return testing::synthetic_profile(1e30, 1e30, link, link, 8);
   }
 };
 

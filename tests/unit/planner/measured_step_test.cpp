@@ -19,6 +19,7 @@
 #include "engine/planner/measured_step.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "pipeline/trace.hpp"
+#include "synthetic_profile.hpp"
 
 namespace cleave::planner {
 namespace {
@@ -291,13 +292,7 @@ TEST(MeasuredStep, PredictedTermsByActionSumToTheBusyTerms) {
   std::ofstream(config) << R"({"model": {"type": "gpt", "vocab_size": 64, "d_model": 48, "n_layers": 4,
       "n_heads": 4, "seq_len": 16}, "batch": {"global_batch_size": 8}, "optimizer": {"type": "adamw"},
       "data": {"type": "synthetic"}})";
-  HardwareProfile p;
-  p.name = p.source = "test";
-  p.flops_f32 = p.flops_bf16 = 1e9;
-  p.memory_bandwidth_Bps = 1e9;
-  p.intra_node = Link{2e-5, 1e9};
-  p.inter_node = Link{5e-5, 1e8};
-  p.ranks_per_node = 2;
+  const HardwareProfile p = testing::synthetic_profile(1e9, 1e9, Link{2e-5, 1e9}, Link{5e-5, 1e8}, 2);
   const SearchResult r = search_plans(config, {}, p, SearchOptions{4, 0});
   std::filesystem::remove_all(dir);
   ASSERT_GT(r.ranked.size(), 100u);

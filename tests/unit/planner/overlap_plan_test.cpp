@@ -14,6 +14,7 @@
 
 #include "engine/planner/plan_search.hpp"
 #include "engine/planner/step_breakdown.hpp"
+#include "synthetic_profile.hpp"
 
 namespace cleave::planner {
 namespace {
@@ -21,16 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using T = StepTerm;
 
-HardwareProfile slow_links() {
-  HardwareProfile p;
-  p.name = p.source = "test";
-  p.flops_f32 = p.flops_bf16 = 1e9;
-  p.memory_bandwidth_Bps = 1e9;
-  p.intra_node = Link{2e-4, 1e8};
-  p.inter_node = Link{5e-4, 1e7};
-  p.ranks_per_node = 4;
-  return p;
-}
+HardwareProfile slow_links() { return testing::synthetic_profile(1e9, 1e9, Link{2e-4, 1e8}, Link{5e-4, 1e7}, 4); }
 
 TEST(OverlapPlan, OverlappedPairsHideExpertAllToAllTime) {
   const fs::path dir = fs::temp_directory_path() / ("cleave_overlap_plan_test_" + std::to_string(::getpid()));

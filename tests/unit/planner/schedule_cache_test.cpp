@@ -25,6 +25,7 @@
 #include "engine/planner/plan_search.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "engine/run_plan/schedule_cache.hpp"
+#include "synthetic_profile.hpp"
 
 namespace cleave::planner {
 namespace {
@@ -44,16 +45,7 @@ int microbatches(const config::RunConfig& c) {
   return static_cast<int>(c.resolved_batch().gradient_accumulation_steps);
 }
 
-HardwareProfile links() {
-  HardwareProfile p;
-  p.name = p.source = "test";
-  p.flops_f32 = p.flops_bf16 = 1e9;
-  p.memory_bandwidth_Bps = 1e11;
-  p.intra_node = Link{1e-6, 1e10};
-  p.inter_node = Link{1e-5, 1e9};
-  p.ranks_per_node = 4;
-  return p;
-}
+HardwareProfile links() { return testing::synthetic_profile(1e9, 1e11, Link{1e-6, 1e10}, Link{1e-5, 1e9}, 4); }
 
 TEST(ScheduleCache, APlanMadeWithTheCacheEqualsOneMadeFromScratch) {
   run_plan::ScheduleCache cache;

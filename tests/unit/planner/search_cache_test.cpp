@@ -22,6 +22,7 @@
 #include "partition/ep_costs.hpp"
 #include "pipeline/lowering.hpp"
 #include "pipeline/schedules/schedules.hpp"
+#include "synthetic_profile.hpp"
 
 namespace cleave::planner {
 namespace {
@@ -75,16 +76,7 @@ constexpr const char* kMoe = R"({
   "batch": {"global_batch_size": 8, "micro_batch_size": 1},
   "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})";
 
-HardwareProfile links() {
-  HardwareProfile p;
-  p.name = p.source = "test";
-  p.flops_f32 = p.flops_bf16 = 1e9;
-  p.memory_bandwidth_Bps = 1e11;
-  p.intra_node = Link{1e-6, 1e10};
-  p.inter_node = Link{1e-5, 1e9};
-  p.ranks_per_node = 4;
-  return p;
-}
+HardwareProfile links() { return testing::synthetic_profile(1e9, 1e11, Link{1e-6, 1e10}, Link{1e-5, 1e9}, 4); }
 
 TEST(SearchCache, EveryMoeCandidateEstimatesAsTheCandidateAloneWithoutACache) {
   const std::string path =

@@ -21,6 +21,7 @@
 #include "engine/run_plan/plan.hpp"
 #include "partition/cost_model.hpp"
 #include "support/scratch_dir_test.hpp"
+#include "synthetic_profile.hpp"
 
 namespace cleave::planner {
 namespace {
@@ -41,15 +42,9 @@ class StepBreakdownTest : public testing::ScratchDirTest {
   }
 
   // Every term costs time: compute at 1 GFLOP/s, links with latency and finite bandwidth, a slow memory.
+  // Two ranks a node: world 4 spans two nodes, so the inter-node link is used too.
   static HardwareProfile costly() {
-    HardwareProfile p;
-    p.name = p.source = "test";
-    p.flops_f32 = p.flops_bf16 = 1e9;
-    p.memory_bandwidth_Bps = 1e9;
-    p.intra_node = Link{2e-5, 1e9};
-    p.inter_node = Link{5e-5, 1e8};
-    p.ranks_per_node = 2;  // world 4 spans two nodes: the inter-node link is used too
-    return p;
+    return testing::synthetic_profile(1e9, 1e9, Link{2e-5, 1e9}, Link{5e-5, 1e8}, 2);
   }
   PlanEstimate estimate(PlanChoice c, const HardwareProfile& p = costly(), int world = 4) {
     c.global_batch = 8;

@@ -10,9 +10,7 @@
 // IEEE operations in the same order without contraction into FMA (fp-contract=off). So every path gives the same
 // bits (KernelRmsNorm.EveryIsaPathGivesTheSameBits), and the thread count never changes a result. The weight
 // gradient's column blocks share a team only from 1M elements (detail::worth_parallel_columns, 2 operations an
-// element; KernelRmsNormWeight.PathsAndThreadCountsGiveTheRowOrderBitsOverManyBinades); a block is 64 columns whose
-// sums stay in registers over the rows, as layernorm.cpp's (2026-12-01; they were 128 columns summed in memory). Which
-// NaN a column of two NaNs returns may differ between the paths (docs/ops.md); every NaN stays a NaN.
+// element; KernelRmsNormWeight.PathsAndThreadCountsGiveTheRowOrderBitsOverManyBinades).
 //
 // The residual forms (add_rmsnorm_*, a pre-norm block's x1 = x + attn; norm(x1)) run the same row bodies: the sum
 // is written and read back per row (still in L1) and the input gradient's residual is added in the register
@@ -43,7 +41,7 @@ using detail::load_as_f32;
 using detail::store;
 
 constexpr int64_t kSumLanes = 16;   // a row sum's lane count, on every path
-constexpr int64_t kWeightBlock = 64;  // columns per block of the weight gradient (4 AVX-512 vectors)
+constexpr int64_t kWeightBlock = 128;  // columns per block of the weight gradient
 
 // The 16 lane sums reduced in a fixed tree: lane i += lane i + w for w = 8, 4, 2, 1.
 [[gnu::always_inline]] inline float reduce_lanes(float* lane) {
@@ -126,31 +124,24 @@ template <class F, int64_t L, bool kResidual = false>
   }
 }
 
-// dweight[c0, c0 + width) += the sums of (dy * x) * rs over the block's rows, each column in row order from +0 (T:
-// float, or uint16_t for bf16 bits widened as they are loaded: the same f32 sums as over widened copies of dy and x).
-// A full block keeps its sums in registers; the last, narrower one sums column by column with the same operations.
+// acc[0, width) += (dy * x) * rs over the block's rows, in row order (T: float, or uint16_t for bf16 bits widened as
+// they are loaded: the same f32 sums as over widened copies of dy and x).
 template <class F, int64_t L, class T>
 [[gnu::always_inline]] inline void backward_weight_block(const T* dy, const T* x, const float* rstd, float* dweight,
                                                          int64_t rows, int64_t cols, int64_t c0) {
   const int64_t width = std::min(kWeightBlock, cols - c0);
+  const int64_t full = width / L * L;
   float acc[kWeightBlock] = {};
-  if (width == kWeightBlock) {
-    constexpr int64_t K = kWeightBlock / L;
-    F sums[K];
-    for (int64_t k = 0; k < K; ++k) sums[k] = F{};
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* dyr = dy + r * cols + c0;
-      const T* xr = x + r * cols + c0;
-      const F rsv = broadcast<F>(rstd[r]);
-      for (int64_t k = 0; k < K; ++k) sums[k] += load_as_f32<F>(dyr + k * L) * load_as_f32<F>(xr + k * L) * rsv;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* dyr = dy + r * cols + c0;
+    const T* xr = x + r * cols + c0;
+    const F rsv = broadcast<F>(rstd[r]);
+    for (int64_t c = 0; c < full; c += L) {
+      store(acc + c, load<F>(acc + c) + load_as_f32<F>(dyr + c) * load_as_f32<F>(xr + c) * rsv);
     }
-    for (int64_t k = 0; k < K; ++k) store(acc + k * L, sums[k]);
-  } else {
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* dyr = dy + r * cols + c0;
-      const T* xr = x + r * cols + c0;
-      const float rs = rstd[r];
-      for (int64_t c = 0; c < width; ++c) acc[c] += detail::to_f32(dyr[c]) * detail::to_f32(xr[c]) * rs;
+    for (int64_t c = full; c < width; ++c) {
+      acc[c] = (broadcast<F>(acc[c]) + broadcast<F>(detail::to_f32(dyr[c])) * broadcast<F>(detail::to_f32(xr[c])) *
+                                           rsv)[0];
     }
   }
   for (int64_t c = 0; c < width; ++c) dweight[c0 + c] += acc[c];

@@ -18,6 +18,11 @@ void layernorm_backward_input(const float* dy, const float* x, const float* gamm
 
 void layernorm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd, float* dgamma,
                                float* dbeta, int64_t rows, int64_t cols);
+// The forward and input gradient on a chosen instruction-set path (tests, benchmarks); every path gives the same bits.
+void layernorm_forward_isa(VectorIsa isa, const float* x, const float* gamma, const float* beta, float* y,
+                           float* mean, float* rstd, int64_t rows, int64_t cols, float eps);
+void layernorm_backward_input_isa(VectorIsa isa, const float* dy, const float* x, const float* gamma,
+                                  const float* mean, const float* rstd, float* dx, int64_t rows, int64_t cols);
 // The same from bf16 dy and x (bit patterns, cast.hpp), widened a row segment at a time: the bits of the f32
 // function over the widened tensors.
 void layernorm_backward_weight(const std::uint16_t* dy, const std::uint16_t* x, const float* mean, const float* rstd,

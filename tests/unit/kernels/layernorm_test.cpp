@@ -1,8 +1,9 @@
 // LayerNorm against a double reference (y, mean, rstd), backward_input against the analytic double
 // gradient and finite differences of the kernel's forward, backward_weight against the reference and
-// finite differences in gamma/beta, and its += semantics; the weight gradient's instruction-set paths and thread
-// counts against the bits of the serial loop that sums each column in row order (f32 and bf16 operands, bf16 dy over
-// 24 binades so that its sums round).
+// finite differences in gamma/beta, and its += semantics; the forward's and input gradient's instruction-set paths
+// and thread counts against the bits of a serial loop that sums each row in 16 lanes (operands over 41 binades); the
+// weight gradient's instruction-set paths and thread counts against the bits of the serial loop that sums each column
+// in row order (f32 and bf16 operands, bf16 dy over 24 binades so that its sums round).
 #include "kernels/cpu/layernorm.hpp"
 
 #include <gtest/gtest.h>
@@ -120,6 +121,107 @@ TEST_P(KernelLayerNorm, ForwardBackwardMatchReference) {
 INSTANTIATE_TEST_SUITE_P(Kernels, KernelLayerNorm,
                          ::testing::Values(std::pair<int64_t, int64_t>{1, 3}, std::pair<int64_t, int64_t>{7, 13},
                                            std::pair<int64_t, int64_t>{65, 37}, std::pair<int64_t, int64_t>{45, 769}));
+
+// The bits the forward and input-gradient rows are defined by (layernorm.cpp): each row sum as 16 lane sums from +0,
+// element c added to lane c mod 16 in column order, the lanes reduced by lane i += lane i + w for w = 8, 4, 2, 1; the
+// element-wise expressions in the kernel's order, without contraction.
+__attribute__((optimize("fp-contract=off"))) float lane_order_sum(const std::vector<float>& terms) {
+  float lane[16] = {};
+  for (size_t c = 0; c < terms.size(); ++c) lane[c % 16] += terms[c];
+  for (int w = 8; w >= 1; w /= 2) {
+    for (int i = 0; i < w; ++i) lane[i] += lane[i + w];
+  }
+  return lane[0];
+}
+
+struct RowOutputs {
+  std::vector<float> y, mean, rstd, dx;
+};
+
+__attribute__((optimize("fp-contract=off"))) RowOutputs lane_order_rows(const std::vector<float>& x,
+                                                                        const std::vector<float>& gamma,
+                                                                        const std::vector<float>& beta,
+                                                                        const std::vector<float>& dy, int64_t rows,
+                                                                        int64_t cols) {
+  RowOutputs o{std::vector<float>(x.size()), {}, {}, std::vector<float>(x.size())};
+  const auto n = static_cast<size_t>(cols);
+  std::vector<float> t(n), u(n);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = &x[static_cast<size_t>(r * cols)];
+    const float* dyr = &dy[static_cast<size_t>(r * cols)];
+    for (size_t c = 0; c < n; ++c) t[c] = xr[c];
+    const float mu = lane_order_sum(t) / static_cast<float>(cols);
+    for (size_t c = 0; c < n; ++c) t[c] = (xr[c] - mu) * (xr[c] - mu);
+    const float rs = 1.0f / std::sqrt(lane_order_sum(t) / static_cast<float>(cols) + kEps);
+    for (size_t c = 0; c < n; ++c) o.y[r * cols + c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
+    for (size_t c = 0; c < n; ++c) {
+      t[c] = dyr[c] * gamma[c];
+      u[c] = t[c] * (xr[c] - mu) * rs;
+    }
+    const float mean_g = lane_order_sum(t) / static_cast<float>(cols);
+    const float mean_gx = lane_order_sum(u) / static_cast<float>(cols);
+    for (size_t c = 0; c < n; ++c) {
+      const float xhat = (xr[c] - mu) * rs;
+      o.dx[r * cols + c] = rs * (dyr[c] * gamma[c] - mean_g - xhat * mean_gx);
+    }
+    o.mean.push_back(mu);
+    o.rstd.push_back(rs);
+  }
+  return o;
+}
+
+// Equal bits, or both NaN (which NaN a sum returns is outside the same-bits contract: docs/ops.md).
+void expect_same_bits_or_both_nan(const std::vector<float>& got, const std::vector<float>& want,
+                                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t wrong = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool both_nan = std::isnan(got[i]) && std::isnan(want[i]);
+    if (!both_nan && std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && ++wrong <= 3) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", the lane-order loop's " << want[i];
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << what;
+}
+
+// Widths below, at and past 16 (the lane sums) and the vectors' widths, a shape large enough to share its rows over
+// the team; operands over 41 binades (so that a change in the order of a row's additions rounds differently); an
+// infinity in dy and a NaN in x in rows that are a full vector on one path and a tail on another. Every path at 1, 2
+// and 3 threads gives the lane-order loop's bits (NaN for NaN).
+TEST(KernelLayerNorm, EveryIsaPathAndThreadCountGivesTheSameBits) {
+  EXPECT_TRUE(vector_isa_available(VectorIsa::kBaseline));
+  double norm = 0.0;  // of the finite dx, so that all-zero gradients cannot pass
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {2, 6}, {3, 15}, {3, 16}, {5, 17}, {9, 31}, {17, 64},
+                            {4, 129}, {33, 256}, {400, 260}}) {
+    const auto size = static_cast<size_t>(rows * cols);
+    auto x = test::random_floats_spanning_binades(size, 71, 41, 0x1p21f);
+    for (auto& v : x) v += 0x1p-3f;  // a non-zero mean
+    const auto gamma = test::random_floats_spanning_binades(static_cast<size_t>(cols), 72, 41, 0x1p21f);
+    const auto beta = test::random_floats_spanning_binades(static_cast<size_t>(cols), 73, 41, 0x1p21f);
+    auto dy = test::random_floats_spanning_binades(size, 74, 41, 0x1p21f);
+    if (rows >= 3) {
+      dy[static_cast<size_t>(cols + cols - 1)] = std::numeric_limits<float>::infinity();
+      x[static_cast<size_t>(2 * cols)] = std::numeric_limits<float>::quiet_NaN();
+    }
+    const RowOutputs want = lane_order_rows(x, gamma, beta, dy, rows, cols);
+    for (float v : want.dx) norm += std::isfinite(v) ? std::fabs(v) : 0.0;
+    test::for_each_isa_path_and_threads([&](VectorIsa isa, int threads) {
+      const std::string what = test::isa_label(isa) + ", " + std::to_string(threads) + " threads, rows " +
+                               std::to_string(rows) + ", cols " + std::to_string(cols);
+      auto y = test::poisoned(size), dx = test::poisoned(size);
+      auto mean = test::poisoned(static_cast<size_t>(rows)), rstd = test::poisoned(static_cast<size_t>(rows));
+      layernorm_forward_isa(isa, x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rows, cols,
+                            kEps);
+      layernorm_backward_input_isa(isa, dy.data(), x.data(), gamma.data(), mean.data(), rstd.data(), dx.data(), rows,
+                                   cols);
+      expect_same_bits_or_both_nan(y, want.y, "y, " + what);
+      expect_same_bits_or_both_nan(mean, want.mean, "mean, " + what);
+      expect_same_bits_or_both_nan(rstd, want.rstd, "rstd, " + what);
+      expect_same_bits_or_both_nan(dx, want.dx, "dx, " + what);
+    });
+  }
+  EXPECT_GT(norm, 0.0);
+}
 
 // The serial loop the weight gradient's bits are defined by: column c's terms g * (x - mean) * rstd and g added in row
 // order from +0, then added to dgamma and dbeta.

@@ -85,15 +85,21 @@ import json, sys
 two, four = ({tuple(p["overrides"]): p["step_s"] for p in json.load(open(f))["plans"]} for f in sys.argv[1:3])
 common = set(two) & set(four)
 assert common, "no plan in both"
-def pipelined(k):
-    return "parallel.pipeline_model_parallel_size=1" not in k
+def size(k, key):
+    return next((int(o.split("=")[1]) for o in k if o.startswith(f"parallel.{key}=")), 1)
+def peers(k):  # the most peers one meeting waits for: a pipeline's neighbour, tp's or cp's group
+    return max(size(k, "tensor_model_parallel_size") - 1, size(k, "context_parallel_size") - 1,
+               1 if size(k, "pipeline_model_parallel_size") > 1 else 0)
 ratios = sorted(two[k] / four[k] for k in common)
-flat = sorted(two[k] / four[k] for k in common if not pipelined(k))
-# Compute x2, communication unchanged: between 1 and 2, near 2 where compute dominates. A pipeline's transfers on
-# shared cores also wait for their core's holder, (1 - 1/rho) x its mean action / 2 each (docs/planner.md, "More
-# ranks than cores"): at rho 2 a quarter of an action per transfer, so its plans may go past 2 but not by half.
+flat = sorted(two[k] / four[k] for k in common if peers(k) == 0)
+# Compute x2, communication unchanged: between 1 and 2, near 2 where compute dominates (dp and ZeRO alone). A
+# pipeline's transfers and tp's and cp's meetings on shared cores also wait for each peer's core holder,
+# (1 - 1/rho) x the mean action between meetings / 2 (docs/planner.md, "More ranks than cores"): at rho 2 a quarter
+# of an action per peer per meeting, at most a quarter of the compute per peer over a step (a pipeline's fill and
+# drain stretch it at most twice), so a plan may go past 2 by half its peers.
 assert flat and flat[0] >= 1 - 1e-9 and 1.5 < flat[-1] <= 2.0 + 1e-9, flat
-assert ratios[0] >= 1 - 1e-9 and ratios[-1] <= 2.5, ratios
+over = [(k, two[k] / four[k]) for k in common if not 1 - 1e-9 <= two[k] / four[k] <= 2.0 + 0.5 * peers(k) + 1e-9]
+assert not over, over
 print(f"ok   4 ranks on 2 cores: warned, priced {ratios[0]:.2f}-{ratios[-1]:.2f}x the same plans on 4 cores "
       f"({flat[0]:.2f}-{flat[-1]:.2f}x without a pipeline)")
 PY

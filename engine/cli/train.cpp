@@ -140,7 +140,9 @@ int run_train(int argc, char** argv) {
                                     : config::load_config(config_path, overrides);
     // A layout or batch the world size does not divide (RunConfig::resolve, on a copy): bad input every rank finds
     // alike from the same config and world size, so all exit 64 together, before any file is read or the world built.
-    config::RunConfig(config).resolve(runtime.world_size());
+    // A refused key is named with where it came from ("config FILE: key: ..."), as the config reader names it.
+    config::RunConfig(config).resolve(runtime.world_size(), config_path.empty() ? "<defaults>" : config_path,
+                                      overrides);
     // The plan every rank will make (its memory against device.memory_limit, and this host's ranks against its
     // physical memory, among it): bad input alike on every rank, refused before the files are read and the world built
     // (it exited 1 once the world was up, or the OOM killer ended it). Made once: the trainer takes it.

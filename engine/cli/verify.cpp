@@ -85,6 +85,9 @@ int run_verify(int argc, char** argv) {
                        config_path.empty() ? std::string("CONFIG.json") : config_path);
     // The layout's plan, as `cleave train` makes it before the world: a layout the world cannot plan, over
     // device.memory_limit or over this host's physical memory is bad input (exit 64) before anything is built.
+    // A layout or batch the world size does not divide: its key named with where it came from, as `cleave train`.
+    config::RunConfig(config).resolve(runtime.world_size(), config_path.empty() ? "<defaults>" : config_path,
+                                      overrides);
     run_plan::Plan plan = train::plan_before_world(config, runtime.world_size(), this_host(placement));
     comm::World world = runtime.world(config);
     config.parallel.comm_backend = world.choice.backend;

@@ -4,6 +4,8 @@
 // rather than overflowing int64.
 #include <filesystem>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -117,14 +119,13 @@ int data_parallel_size_of(const ParallelConfig& parallel, int world_size) {
   return dp;
 }
 
-}  // namespace
-
-void check_schedule_microbatches(const RunConfig& config, std::int64_t num_microbatches) {
+// Empty when the named schedule has the micro-batches it needs; else the refusal after "parallel.schedule ".
+std::string schedule_microbatch_shortfall(const RunConfig& config, std::int64_t num_microbatches) {
   const std::string& name = config.parallel.schedule;
-  if (name == "auto" || !pipeline::is_schedule_name(name)) return;  // auto and a schedule file: checked by their builders
+  if (name == "auto" || !pipeline::is_schedule_name(name)) return {};  // auto and a schedule file: their builders
   const int pp = config.parallel.pipeline_model_parallel_size;
   const std::int64_t need = pipeline::schedule_min_microbatches(name, pp);
-  if (num_microbatches >= need) return;
+  if (num_microbatches >= need) return {};
   const ResolvedBatch b = config.resolved_batch();
   const std::int64_t dp = config.parallel.data_parallel_size;
   const std::int64_t per_replica = b.global_batch_size / dp;
@@ -136,13 +137,39 @@ void check_schedule_microbatches(const RunConfig& config, std::int64_t num_micro
                               per_replica / a, a);
     break;
   }
-  throw InputError(fmt::format(
-      "parallel.schedule {} needs at least {} micro-batches per step on pp_size {}, got {} "
+  return fmt::format(
+      "{} needs at least {} micro-batches per step on pp_size {}, got {} "
       "(batch.global_batch_size {} / (batch.micro_batch_size {} × data-parallel size {})); {}keep the "
       "micro-batch with --set batch.global_batch_size={} --set batch.gradient_accumulation_steps={}, or "
       "choose another parallel.schedule",
       name, need, pp, num_microbatches, b.global_batch_size, b.micro_batch_size, dp, keep_global,
-      b.micro_batch_size * need * dp, need));
+      b.micro_batch_size * need * dp, need);
+}
+
+// resolve()'s rules; a keyed refusal stays a ConfigKeyError, so the caller can say where its key came from.
+void resolve_against_world(RunConfig& c, int world_size) {
+  const int dp = data_parallel_size_of(c.parallel, world_size);
+  c.parallel.data_parallel_size = dp;
+  const int cp = c.parallel.context_parallel_size;
+  if (c.parallel.expert_model_parallel_size > 1) {  // ep is taken from dp × cp, known only now
+    partition::check_expert_parallel(partition::make_model_spec(c.model.type, c.model),
+                                     c.parallel.expert_model_parallel_size, dp, cp);
+  }
+  if (const auto check = partition::family(c.model.type).check_data_parallel) {  // needs dp, known only now
+    check(c.model, c.optimizer.zero_stage, dp, cp);
+  }
+  if (c.checkpoint.dir.empty()) c.checkpoint.dir = (std::filesystem::path(c.train.out_dir) / "checkpoints").string();
+  const ResolvedBatch r = resolve_batch(c.batch, dp);
+  c.batch = {r.global_batch_size, r.micro_batch_size, r.gradient_accumulation_steps};
+  const std::string shortfall = schedule_microbatch_shortfall(c, r.gradient_accumulation_steps);
+  if (!shortfall.empty()) throw ConfigKeyError("parallel.schedule", shortfall);
+}
+
+}  // namespace
+
+void check_schedule_microbatches(const RunConfig& config, std::int64_t num_microbatches) {
+  const std::string shortfall = schedule_microbatch_shortfall(config, num_microbatches);
+  if (!shortfall.empty()) throw InputError("parallel.schedule " + shortfall);
 }
 
 void RunConfig::resolve(int world_size) {
@@ -150,22 +177,22 @@ void RunConfig::resolve(int world_size) {
   // Every rule below is this config against the world size, a pure function of both: bad input (InputError, exit
   // 64) that every rank finds alike, so a command may run it before any work with no word between the ranks.
   try {
-    const int dp = data_parallel_size_of(parallel, world_size);
-    parallel.data_parallel_size = dp;
-    const int cp = parallel.context_parallel_size;
-    if (parallel.expert_model_parallel_size > 1) {  // ep is taken from dp × cp, known only now
-      partition::check_expert_parallel(partition::make_model_spec(this->model.type, this->model),
-                                       parallel.expert_model_parallel_size, dp, cp);
-    }
-    if (const auto check = partition::family(this->model.type).check_data_parallel) {  // needs dp, known only now
-      check(this->model, optimizer.zero_stage, dp, cp);
-    }
-    if (checkpoint.dir.empty()) checkpoint.dir = (std::filesystem::path(train.out_dir) / "checkpoints").string();
-    const ResolvedBatch r = resolve_batch(batch, dp);
-    batch = {r.global_batch_size, r.micro_batch_size, r.gradient_accumulation_steps};
-    check_schedule_microbatches(*this, r.gradient_accumulation_steps);
+    resolve_against_world(*this, world_size);
   } catch (const InputError&) {
     throw;
+  } catch (const Error& e) {
+    throw InputError(e.what());
+  }
+}
+
+void RunConfig::resolve(int world_size, std::string_view origin, const std::vector<std::string>& overrides) {
+  CLEAVE_CHECK(world_size >= 1, "world size must be positive, got {}", world_size);
+  try {
+    resolve_against_world(*this, world_size);
+  } catch (const InputError&) {
+    throw;
+  } catch (const ConfigKeyError& e) {
+    throw InputError(keyed_message(e, origin, overrides));  // "config FILE: key: ..." as the config reader words it
   } catch (const Error& e) {
     throw InputError(e.what());
   }

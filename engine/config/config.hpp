@@ -235,6 +235,9 @@ struct RunConfig {
   // tp × cp × pp × dp, ep does not divide dp × cp, the batch numbers contradict dp, or a named parallel.schedule
   // needs more micro-batches per step than they give (check_schedule_microbatches). Idempotent.
   void resolve(int world_size);
+  // The same for a config read from `origin` (a file name, "<defaults>") with `overrides`: a refusal of a key is
+  // worded as the config reader words it, "config ORIGIN: key: ..." or "--set key=value: key: ...".
+  void resolve(int world_size, std::string_view origin, const std::vector<std::string>& overrides);
   // The batch numbers after resolve() (asserts that it ran).
   ResolvedBatch resolved_batch() const;
 

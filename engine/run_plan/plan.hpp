@@ -35,6 +35,9 @@ struct Plan {
   // (with ZB-V's V placement the head need not be on the last pp rank).
   bool tied_table_split() const;
   std::string describe_partition() const;  // "blocks per stage [3,2,2]"
+  // The schedule as the run log names it: "schedule 1f1b" over pp > 1 ranks, "schedule zb_v on one rank, running
+  // its 2 chunks" when a multi-chunk schedule runs at pp 1, else "single stage".
+  std::string describe_schedule() const;
 };
 
 // Virtual stages used for a schedule: the config's value, except that interleaved_1f1b and zb_v use

@@ -132,8 +132,7 @@ void log_run_start(const RankSetup& s, const Throughput& throughput, const DataS
   const auto& cfg = s.config;
   log::info("cleave: {} | {} | model {} ({} in {}: {}) | batch {} = micro {} x accum {} x dp {} | "
             "data {}",
-            s.grid.str(), cfg.parallel.pipeline_model_parallel_size > 1 ? "schedule " + s.plan.schedule.name
-                                                                        : std::string("single stage"),
+            s.grid.str(), s.plan.describe_schedule(),
             s.plan.spec.type, count_of(static_cast<std::int64_t>(s.plan.spec.blocks.size()), "block"),
             count_of(s.plan.num_stages(), "stage"),
             s.plan.describe_partition(),

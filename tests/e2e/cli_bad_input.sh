@@ -239,8 +239,15 @@ if [ $# -ge 3 ]; then
   world_input world-dp 2 'parallel\.data_parallel_size is 4, but world size 2 / \(tp 1 × cp 1 × pp 1\) = 2; launch 4 ranks or set it to -1' \
       --set parallel.data_parallel_size=4
   world_input world-batch 3 'batch: global_batch_size 8 is not divisible by data-parallel size 3' --set batch.global_batch_size=8
-  world_input world-ep 3 'parallel\.expert_model_parallel_size: 2 does not divide the dp × cp = 3 × 1 = 3 ranks.*use expert_model_parallel_size in' \
+  # The refusals made once the world size is known name where their key came from, as the config reader's do.
+  world_input world-ep 3 '--set parallel\.expert_model_parallel_size=2: parallel\.expert_model_parallel_size: 2 does not divide the dp × cp = 3 × 1 = 3 ranks.*use expert_model_parallel_size in' \
       --set 'model.type="moe"' --set parallel.expert_model_parallel_size=2
+  echo '{"model": {"type": "moe", "router": "sigmoid", "bias_update_rate": 0.001}, "optimizer": {"zero_stage": 3}}' > bias.json
+  world_input world-bias-zero3 2 'error: config bias\.json: model\.bias_update_rate: 0\.001 moves the sigmoid router.s bias .*optimizer\.zero_stage 3 over dp × cp = 2 × 1 ranks' \
+      bias.json
+  echo '{"parallel": {"pipeline_model_parallel_size": 2, "schedule": "dualpipev"}, "batch": {"global_batch_size": 8, "micro_batch_size": 4}}' > dual.json
+  world_input world-dualpipev-file 2 'error: config dual\.json: parallel\.schedule: dualpipev needs at least 4 micro-batches per step on pp_size 2, got 2' \
+      dual.json
   # A layout over its memory cap on every rank alike: exit 64 on both, printed once, before the world.
   world_input memory-cap-pp2 2 'memory: pp rank [01] needs about .* but device\.memory_limit is 1\.00 MiB' \
       --set parallel.pipeline_model_parallel_size=2 --set device.memory_limit=1MiB
@@ -267,7 +274,7 @@ if [ $# -ge 3 ]; then
   # DualPipeV needs 2 × pp = 4 micro-batches per step; this batch gives 2.
   # The hint names keys a user sets, with values that work: following it trains (it once named the derived
   # batch.gradient_accumulation_steps alone, which then contradicted global_batch_size / micro_batch_size).
-  pp_error dualpipev-too-few-microbatches 'parallel.schedule dualpipev needs at least 4 micro-batches per step on pp_size 2, got 2.*keep the global batch with --set batch.micro_batch_size=2 --set batch.gradient_accumulation_steps=4' \
+  pp_error dualpipev-too-few-microbatches '--set parallel\.schedule=dualpipev: parallel\.schedule: dualpipev needs at least 4 micro-batches per step on pp_size 2, got 2.*keep the global batch with --set batch.micro_batch_size=2 --set batch.gradient_accumulation_steps=4' \
       --set parallel.schedule=dualpipev --set batch.global_batch_size=8 --set batch.micro_batch_size=4
   out=$("${mpiexec[@]}" -n 2 "$cleave" train --set train.out_dir=hint --set train.steps=1 \
         --set parallel.pipeline_model_parallel_size=2 --set parallel.schedule=dualpipev --set batch.global_batch_size=8 \

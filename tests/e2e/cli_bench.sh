@@ -41,7 +41,7 @@ bench = json.load(open(sys.argv[1]))
 html = open(sys.argv[2]).read()
 assert [s["label"] for s in bench["schedules"]] == ["1f1b"], bench["schedules"]
 assert [s["label"] for s in bench["skipped"]] == ["dualpipev"] and "micro-batches" in bench["skipped"][0]["reason"]
-assert '<tr class="skipped"><td class="l">dualpipev</td>' in html and "not run: parallel.schedule dualpipev needs" in html
+assert '<tr class="skipped"><td class="l">dualpipev</td>' in html and "not run: parallel.schedule: dualpipev needs" in html
 PY
 # Evaluation is off in a bench, so a config without an evaluation split (a text file, data.val_fraction 0, the
 # default train.eval_batches 8) benchmarks rather than being refused for train.eval_batches.

@@ -602,7 +602,7 @@ TEST(Config, ResolveWorldSize) {
     d.resolve(2);
     ADD_FAILURE() << "dualpipev with 2 micro-batches on pp 2 resolved";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("parallel.schedule dualpipev needs at least 4 micro-batches per step on "
+    EXPECT_NE(std::string(e.what()).find("parallel.schedule: dualpipev needs at least 4 micro-batches per step on "
                                          "pp_size 2, got 2"),
               std::string::npos)
         << e.what();
@@ -613,6 +613,54 @@ TEST(Config, ResolveWorldSize) {
   RunConfig enough = parse_config(dual, "<string>", {"batch.micro_batch_size=2"});
   enough.resolve(2);
   EXPECT_EQ(enough.resolved_batch().gradient_accumulation_steps, 4);
+}
+
+// The refusals found once the world size is known (ep against an inferred dp, the sigmoid router's bias under
+// ZeRO-3, dualpipev's micro-batches) name where their key came from, as the config reader's do: the file, or the
+// --set argument that set it (the layout sweep found them without it).
+TEST(Config, ResolveWithOriginNamesWhereTheKeyCameFrom) {
+  const auto error_at = [](const std::string& text, const std::vector<std::string>& overrides, int world) {
+    RunConfig c = parse_config(text, "run.json", overrides);
+    try {
+      c.resolve(world, "run.json", overrides);
+    } catch (const InputError& e) {  // bad input (exit 64)
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string ep = R"({"model": {"type": "moe", "d_model": 32, "n_heads": 4, "n_experts": 4, "top_k": 2},
+                             "parallel": {"expert_model_parallel_size": 2}})";
+  EXPECT_EQ(error_at(ep, {}, 1).rfind("config run.json: parallel.expert_model_parallel_size: 2 does not divide the "
+                                      "dp × cp = 1 × 1 = 1 ranks",
+                                      0),
+            0u)
+      << error_at(ep, {}, 1);
+  const std::vector<std::string> set_ep = {"parallel.expert_model_parallel_size=2"};
+  const std::string moe = R"({"model": {"type": "moe", "d_model": 32, "n_heads": 4, "n_experts": 4, "top_k": 2}})";
+  EXPECT_EQ(error_at(moe, set_ep, 1).rfind("--set parallel.expert_model_parallel_size=2: "
+                                           "parallel.expert_model_parallel_size: 2 does not divide",
+                                           0),
+            0u)
+      << error_at(moe, set_ep, 1);
+  const std::string sigmoid = R"({"model": {"type": "moe", "router": "sigmoid", "bias_update_rate": 0.001},
+                                  "optimizer": {"zero_stage": 3}})";
+  EXPECT_EQ(error_at(sigmoid, {}, 2).rfind("config run.json: model.bias_update_rate: 0.001 moves the sigmoid router's "
+                                           "bias",
+                                           0),
+            0u)
+      << error_at(sigmoid, {}, 2);
+  const std::string dual = R"({"parallel": {"pipeline_model_parallel_size": 2, "schedule": "dualpipev"},
+                               "batch": {"global_batch_size": 8, "micro_batch_size": 4}})";
+  EXPECT_EQ(error_at(dual, {}, 2).rfind("config run.json: parallel.schedule: dualpipev needs at least 4 micro-batches "
+                                        "per step on pp_size 2, got 2",
+                                        0),
+            0u)
+      << error_at(dual, {}, 2);
+  // A rule with no one key (the world against tp × pp) keeps its own wording; a config that fits resolves.
+  const std::string tp = R"({"parallel": {"tensor_model_parallel_size": 2}})";
+  EXPECT_NE(error_at(tp, {}, 3).find("world size 3 is not divisible by tp(2)"), std::string::npos)
+      << error_at(tp, {}, 3);
+  EXPECT_EQ(error_at(dual, {"batch.micro_batch_size=2"}, 2), "no error");
 }
 
 TEST(Config, RoundTripIsIdentity) {

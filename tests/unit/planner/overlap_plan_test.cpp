@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
+#include <vector>
 
 #include "engine/planner/plan_search.hpp"
 #include "engine/planner/step_breakdown.hpp"
@@ -22,17 +24,34 @@ namespace {
 namespace fs = std::filesystem;
 using T = StepTerm;
 
+// The DualPipeV pp 2 × ep 2 moe config the tests plan, written to a directory of its own (`tag` tells the tests'
+// apart), removed when it goes.
+struct MoeConfigFile {
+  fs::path dir;
+  std::string path;
+  explicit MoeConfigFile(const std::string& tag)
+      : dir(fs::temp_directory_path() / ("cleave_overlap_plan_test_" + tag + std::to_string(::getpid()))),
+        path((dir / "moe.json").string()) {
+    fs::create_directories(dir);
+    std::ofstream(path) << R"({"model": {"type": "moe", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 4,
+        "seq_len": 16, "ffn_hidden_size": 64, "n_experts": 8, "top_k": 2},
+        "batch": {"global_batch_size": 16, "micro_batch_size": 1},
+        "parallel": {"pipeline_model_parallel_size": 2, "expert_model_parallel_size": 2, "schedule": "dualpipev"},
+        "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})";
+  }
+  ~MoeConfigFile() {
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+  }
+  MoeConfigFile(const MoeConfigFile&) = delete;
+  MoeConfigFile& operator=(const MoeConfigFile&) = delete;
+};
+
 HardwareProfile slow_links() { return testing::synthetic_profile(1e9, 1e9, Link{2e-4, 1e8}, Link{5e-4, 1e7}, 4); }
 
 TEST(OverlapPlan, OverlappedPairsHideExpertAllToAllTime) {
-  const fs::path dir = fs::temp_directory_path() / ("cleave_overlap_plan_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string moe = (dir / "moe.json").string();
-  std::ofstream(moe) << R"({"model": {"type": "moe", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 4,
-      "seq_len": 16, "ffn_hidden_size": 64, "n_experts": 8, "top_k": 2},
-      "batch": {"global_batch_size": 16, "micro_batch_size": 1},
-      "parallel": {"pipeline_model_parallel_size": 2, "expert_model_parallel_size": 2, "schedule": "dualpipev"},
-      "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})";
+  const MoeConfigFile file("");
+  const std::string& moe = file.path;
   const std::vector<std::string> on = {"parallel.moe_a2a_overlap=true"};
   const PlanChoice c = choice_of_config(moe, {}, 4);
   ASSERT_EQ(c.ep, 2);
@@ -52,7 +71,6 @@ TEST(OverlapPlan, OverlappedPairsHideExpertAllToAllTime) {
               1e-9 * plain.step_s);
   EXPECT_NEAR(overlapped.breakdown.total(), overlapped.step_s, 1e-9 * overlapped.step_s);
   EXPECT_LT(overlapped.step_s, plain.step_s);
-  fs::remove_all(dir);
 }
 
 // More ranks than cores (4 on 2): each all-to-all also waits for its peer's core holder (ep_core_holder_wait_s), which
@@ -61,14 +79,8 @@ TEST(OverlapPlan, OverlappedPairsHideExpertAllToAllTime) {
 // those waits, the plain plan's on 2 cores less its twin's with a device per rank (the same plan without them), and
 // exposed + hidden is still the plain term.
 TEST(OverlapPlan, OverlappedPairsLeaveThePeersCoreHolderWaitsExposed) {
-  const fs::path dir = fs::temp_directory_path() / ("cleave_overlap_plan_test_h" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string moe = (dir / "moe.json").string();
-  std::ofstream(moe) << R"({"model": {"type": "moe", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 4,
-      "seq_len": 16, "ffn_hidden_size": 64, "n_experts": 8, "top_k": 2},
-      "batch": {"global_batch_size": 16, "micro_batch_size": 1},
-      "parallel": {"pipeline_model_parallel_size": 2, "expert_model_parallel_size": 2, "schedule": "dualpipev"},
-      "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})";
+  const MoeConfigFile file("h");
+  const std::string& moe = file.path;
   HardwareProfile cores = slow_links();
   cores.intra_node = cores.inter_node = Link{1e-7, 1e11};
   cores.device_type = DeviceType::kCpu;
@@ -94,7 +106,6 @@ TEST(OverlapPlan, OverlappedPairsLeaveThePeersCoreHolderWaitsExposed) {
   EXPECT_GT(hidden(overlapped), 0.0);
   EXPECT_NEAR(overlapped.breakdown[T::kExpertAllToAll] + hidden(overlapped), plain.breakdown[T::kExpertAllToAll],
               1e-9 * plain.step_s);
-  fs::remove_all(dir);
 }
 
 }  // namespace

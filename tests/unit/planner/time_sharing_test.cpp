@@ -207,23 +207,37 @@ TEST(CoreHolder, TheHoldersActionIsThePipelinesMeanActionOnAWholeCore) {
   }
 }
 
-TEST(CoreHolder, EachEpMeetingWaitsForThePeersHoldersOverTheMeanActionBetweenMeetings) {
-  // A constructed context: one stage, ep4 on 2 cores (ρ 2), compute priced 2 (the cores' share) × 1.25 (the stretch).
-  HardwareProfile p = two_cores(false);
-  PlanChoice choice{1, 1, 4, 1, "1f1b", 1, 0, partition::Recompute::kNone, 8, false};
-  choice.ep = 4;
+// The core-holder tests' context: twice as many ranks as cores (ρ 2), compute priced 2 (the cores' share) × 1.25
+// (the stretch); `p` and `choice` outlive it.
+TermContext core_holder_context(const HardwareProfile& p, const PlanChoice& choice) {
   TermContext c;
   c.profile = &p;
   c.choice = &choice;
   c.compute_stretch = 1.25;
   c.core_sharing = 2.0 * 1.25;
   c.oversubscription = 2.0;
+  return c;
+}
+
+// One stage of 20 ms compute as priced: F 8 ms plus 2 ms of `other` compute, I 6 ms, W 4 ms.
+std::vector<StageCosts> core_holder_stage(StepTerm other) {
   std::vector<StageCosts> stages(1);
   StageCosts& s = stages[0];
   s.forward[StepTerm::kForward] = 8e-3;
-  s.forward[StepTerm::kElementwise] = 2e-3;
+  s.forward[other] = 2e-3;
   s.input_grad[StepTerm::kInputGrad] = 6e-3;
   s.weight_grad[StepTerm::kWeightGrad] = 4e-3;
+  return stages;
+}
+
+TEST(CoreHolder, EachEpMeetingWaitsForThePeersHoldersOverTheMeanActionBetweenMeetings) {
+  // A constructed context: one stage, ep4 on 2 cores (ρ 2).
+  const HardwareProfile p = two_cores(false);
+  PlanChoice choice{1, 1, 4, 1, "1f1b", 1, 0, partition::Recompute::kNone, 8, false};
+  choice.ep = 4;
+  TermContext c = core_holder_context(p, choice);
+  std::vector<StageCosts> stages = core_holder_stage(StepTerm::kElementwise);
+  StageCosts& s = stages[0];
   s.forward[StepTerm::kExpertAllToAll] = 1e-3;  // not compute
   // Two moe blocks: 4 all-to-alls and 2 count exchanges in F, 4 all-to-alls in I; 10 meetings in all.
   s.ep_meetings = EpMeetings{4, 4, 2, 0, 2};
@@ -268,22 +282,13 @@ TEST(CoreHolder, EachEpMeetingWaitsForThePeersHoldersOverTheMeanActionBetweenMee
 }
 
 TEST(CoreHolder, EachTpAndCpPeerWaitsForItsHolderOverTheMeanActionBetweenMeetings) {
-  // A constructed context: one stage, tp2 × cp2 on 2 cores with 4 ranks (ρ 2), compute priced 2 × 1.25 (the stretch).
-  HardwareProfile p = two_cores(false);
+  // A constructed context: one stage, tp2 × cp2 on 2 cores with 4 ranks (ρ 2).
+  const HardwareProfile p = two_cores(false);
   PlanChoice choice{2, 1, 1, 1, "1f1b", 1, 0, partition::Recompute::kNone, 8, false};
   choice.cp = 2;
-  TermContext c;
-  c.profile = &p;
-  c.choice = &choice;
-  c.compute_stretch = 1.25;
-  c.core_sharing = 2.0 * 1.25;
-  c.oversubscription = 2.0;
-  std::vector<StageCosts> stages(1);
+  TermContext c = core_holder_context(p, choice);
+  std::vector<StageCosts> stages = core_holder_stage(StepTerm::kKernelLaunch);
   StageCosts& s = stages[0];
-  s.forward[StepTerm::kForward] = 8e-3;
-  s.forward[StepTerm::kKernelLaunch] = 2e-3;
-  s.input_grad[StepTerm::kInputGrad] = 6e-3;
-  s.weight_grad[StepTerm::kWeightGrad] = 4e-3;
   s.forward[StepTerm::kTensorParallel] = 1e-3;   // not compute
   s.input_grad[StepTerm::kContextParallel] = 2e-3;
   // 20 meetings: 6 tp all-reduces in F and 6 in I (one peer each), 2 ring hops in F and 6 in I (the neighbour).

@@ -49,19 +49,27 @@ NoiseFloor twins_floor(const std::vector<config::RunConfig>& twins, const config
   return noise_floor(std::move(pairs), loss, std::move(described), multiple, tp_factor, flip);
 }
 
-// fp32 AdamW's order floor: each order twin trained on `self` and compared with the reference (order_floor).
+// fp32 AdamW's order floor: each order twin trained on `self`, every pair among the reference and the twins compared
+// (order_floor; as the bf16 floor's pairs: each is two equivalent runs).
 RoundingFloor order_twins_floor(const std::vector<config::RunConfig>& twins, const config::RunConfig& reference_config,
                                 const Run& reference, comm::Communicator& self,
                                 const std::vector<partition::NullGradient>& null_slices, double null_bound,
                                 double factor) {
   std::vector<ParamComparison> compared;
+  std::vector<ParameterMap> params;
   std::vector<std::string> described;
   double loss = 0;
   for (const config::RunConfig& twin : twins) {
-    const Run r = run(twin, self);
+    Run r = run(twin, self);
     described.push_back(describe_twin(reference_config, twin));
     loss = std::max(loss, max_loss_difference(r.losses, reference.losses));
     compared.push_back(compare_parameters(r.params, reference.params, null_slices, null_bound));
+    params.push_back(std::move(r.params));
+  }
+  for (std::size_t j = 0; j < params.size(); ++j) {
+    for (std::size_t k = j + 1; k < params.size(); ++k) {
+      compared.push_back(compare_parameters(params[k], params[j], null_slices, null_bound));
+    }
   }
   return order_floor(compared, described, loss, factor);
 }
@@ -223,8 +231,9 @@ std::string format_rounding(const RoundingFloor& r, const std::vector<ParamDiffe
     return fmt::format(
         "fp32 AdamW order floor per tensor: the reference run again with {} (the same sums in another order; "
         "AdamW turns the rounding of a near-zero gradient into a step up to lr) ends each tensor this far from it "
-        "(\"vs order twin\", the largest over the twins); a tensor also passes within {:.3g} x that (--noise-multiple "
-        "x sqrt((tp + 2) / 2) at tp > 1): the layout's largest is {}; the twins' losses differ by up to {:.3g}\n",
+        "(\"vs order twin\", the largest over every pair among the reference and the twins); a tensor also passes "
+        "within {:.3g} x that (--noise-multiple x sqrt((tp + 2) / 2) at tp > 1): the layout's largest is {}; the "
+        "twins' losses differ by up to {:.3g}\n",
         r.twin, r.factor, largest, r.loss);
   }
   return fmt::format(

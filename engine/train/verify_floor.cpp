@@ -150,14 +150,14 @@ std::vector<config::RunConfig> order_twins(const config::RunConfig& reference) {
   return twins;
 }
 
-RoundingFloor order_floor(std::span<const ParamComparison> twins_against_reference,
+RoundingFloor order_floor(std::span<const ParamComparison> pairs,
                           std::span<const std::string> described, double loss, double factor) {
   RoundingFloor f;
   f.order = true;
   f.twin = fmt::format("{}", fmt::join(described, " or "));
   f.factor = factor;
   f.loss = loss;
-  for (const ParamComparison& c : twins_against_reference) {
+  for (const ParamComparison& c : pairs) {
     for (const ParamDifference& d : c.params) {
       double& m = f.max_abs[d.name];
       m = std::isnan(d.max_abs) || std::isnan(m) ? std::nan("") : std::max(m, d.max_abs);

@@ -109,9 +109,9 @@ struct RoundingFloor {
 // of the twins' rounding, so half an AdamW step on one of its elements still fails.
 std::vector<config::RunConfig> order_twins(const config::RunConfig& reference);
 
-// The order floor of `twins_against_reference` (each order twin compared with the reference): per tensor the largest
-// max_abs over the twins, at `factor`.
-RoundingFloor order_floor(std::span<const ParamComparison> twins_against_reference,
+// The order floor of `pairs` (each order twin compared with the reference, and each two twins): per tensor the
+// largest max_abs over the pairs, at `factor`.
+RoundingFloor order_floor(std::span<const ParamComparison> pairs,
                           std::span<const std::string> described, double loss, double factor);
 
 // The precision twin of a single-rank reference config: the same run in fp32. nullopt in fp32.

@@ -43,6 +43,10 @@
 // |layout - reference| <= |layout - fp32| + |reference - fp32|: in quadrature sqrt(2) x tp_rounding_factor x
 // |reference - fp32| per tensor; a tensor passes within `multiple` x tp_rounding_factor x its own precision-twin
 // difference (RoundingFloor; docs/multi-rank.md).
+//
+// In fp32 under AdamW the order twins (order_twins: the reference with another GEMM library, or its micro-batches
+// regrouped) give a per-tensor floor of the same shape (order_floor, a RoundingFloor with `order` set): AdamW turns a
+// near-zero gradient's rounding into a step up to lr, which fp32's fixed tolerance cannot tell from a bug.
 #pragma once
 
 #include <algorithm>

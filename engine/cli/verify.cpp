@@ -37,7 +37,9 @@ final weights (gathered into logical tensors). Exits 1 when a difference exceeds
       .number("--param-tolerance", "X", "max |layout - reference| / max |reference| per tensor", 1e-3)
       .number("--noise-multiple", "X",
               "bf16: a tensor also passes within X x sqrt((tp + 2) / 2) times the twin references' noise floor (on the "
-              "cpu), or times its precision twin's difference (0: no twins)", 3)
+              "cpu), or times its precision twin's difference; fp32 AdamW: times its order twins' difference (0: no "
+              "twins)",
+              3)
       .epilog(R"(Runs in deterministic mode (train.deterministic=true) unless the config or --set says otherwise. With
 AdamW, a slice whose gradient is zero in exact arithmetic (gpt's attention key biases) receives rounding
 noise only, which Adam normalises into steps up to lr: it leaves --param-tolerance's comparison and is held
@@ -49,8 +51,11 @@ fraction of how far training moved each tensor, is the run's noise floor (under 
 of its first update, 2 lr_1 / sum of lr); a tensor of the layout passes within --param-tolerance of its scale or
 within --noise-multiple x sqrt((tp + 2) / 2) times the floor of its movement. In bf16 a further run, the precision
 twin, is the reference in fp32: it ends each tensor as far from the bf16 reference as bf16's roundings move
-it, and a tensor also passes within --noise-multiple x sqrt((tp + 2) / 2) times that (docs/multi-rank.md: what
-this proves and what it cannot).
+it, and a tensor also passes within --noise-multiple x sqrt((tp + 2) / 2) times that. In fp32 under AdamW on the
+cpu the order twins, the reference with each other GEMM library (device.blas), end each tensor as far from it as
+reordering its sums moves it (AdamW turns a near-zero gradient's rounding into a step up to lr), and a tensor also
+passes within --noise-multiple x sqrt((tp + 2) / 2) times the largest of those (docs/multi-rank.md: what this
+proves and what it cannot).
 
 example: mpirun -np 8 cleave verify examples/gpt_fortunes.json --set parallel.tensor_model_parallel_size=2 \
              --set parallel.pipeline_model_parallel_size=2 --set optimizer.type=sgd)");

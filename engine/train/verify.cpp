@@ -49,6 +49,31 @@ NoiseFloor twins_floor(const std::vector<config::RunConfig>& twins, const config
   return noise_floor(std::move(pairs), loss, std::move(described), multiple, tp_factor, flip);
 }
 
+// fp32 AdamW's order floor: each order twin trained on `self`, every pair among the reference and the twins compared
+// (order_floor; as the bf16 floor's pairs: each is two equivalent runs).
+RoundingFloor order_twins_floor(const std::vector<config::RunConfig>& twins, const config::RunConfig& reference_config,
+                                const Run& reference, comm::Communicator& self,
+                                const std::vector<partition::NullGradient>& null_slices, double null_bound,
+                                double factor) {
+  std::vector<ParamComparison> compared;
+  std::vector<ParameterMap> params;
+  std::vector<std::string> described;
+  double loss = 0;
+  for (const config::RunConfig& twin : twins) {
+    Run r = run(twin, self);
+    described.push_back(describe_twin(reference_config, twin));
+    loss = std::max(loss, max_loss_difference(r.losses, reference.losses));
+    compared.push_back(compare_parameters(r.params, reference.params, null_slices, null_bound));
+    params.push_back(std::move(r.params));
+  }
+  for (std::size_t j = 0; j < params.size(); ++j) {
+    for (std::size_t k = j + 1; k < params.size(); ++k) {
+      compared.push_back(compare_parameters(params[k], params[j], null_slices, null_bound));
+    }
+  }
+  return order_floor(compared, described, loss, factor);
+}
+
 // The null-gradient slices' lines (none under SGD): why they are not in the table, and their bound.
 std::string format_null_slices(const std::vector<NullSliceDifference>& slices, std::size_t max_rows) {
   if (slices.empty()) return "";
@@ -148,6 +173,12 @@ VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& 
     report.rounding = rounding_floor(compare_parameters(fp32_run.params, reference.params, null_slices, null_bound),
                                      max_loss_difference(fp32_run.losses, reference.losses), factor);
   }
+  const std::vector<config::RunConfig> orders =
+      options.noise_multiple > 0 ? order_twins(reference_config) : std::vector<config::RunConfig>{};
+  if (!orders.empty()) {
+    const double factor = options.noise_multiple * tp_rounding_factor(resolved.parallel.tensor_model_parallel_size);
+    report.rounding = order_twins_floor(orders, reference_config, reference, *self, null_slices, null_bound, factor);
+  }
   ParamComparison compared = compare_parameters(layout.params, reference.params, null_slices, null_bound, initial);
   report.params = std::move(compared.params);
   report.null_slices = std::move(compared.null_slices);
@@ -194,8 +225,17 @@ std::string format_rounding(const RoundingFloor& r, const std::vector<ParamDiffe
   const std::string largest =
       unbounded_name.empty()
           ? fmt::format("{:.3g} x ({})", worst, name)
-          : fmt::format("unbounded ({} ends {:.3g} from the reference, where the fp32 run ends on it exactly)",
-                        unbounded_name, unbounded);
+          : fmt::format("unbounded ({} ends {:.3g} from the reference, where the {} ends on it exactly)",
+                        unbounded_name, unbounded, r.order ? "order twins" : "fp32 run");
+  if (r.order) {
+    return fmt::format(
+        "fp32 AdamW order floor per tensor: the reference run again with {} (the same sums in another order; "
+        "AdamW turns the rounding of a near-zero gradient into a step up to lr) ends each tensor this far from it "
+        "(\"vs order twin\", the largest over every pair among the reference and the twins); a tensor also passes "
+        "within {:.3g} x that (--noise-multiple x sqrt((tp + 2) / 2) at tp > 1): the layout's largest is {}; the "
+        "twins' losses differ by up to {:.3g}\n",
+        r.twin, r.factor, largest, r.loss);
+  }
   return fmt::format(
       "bf16 rounding per tensor: the reference run again with {} ends each tensor as far from it as bf16's roundings "
       "move it (\"vs fp32\"); a tensor also passes within {:.3g} x that (--noise-multiple x sqrt((tp + 2) / 2) at tp > "
@@ -245,7 +285,8 @@ std::string format_report(const VerifyReport& report, const VerifyOptions& optio
   });
   out += fmt::format("\n{:<40} {:>10} {:>12} {:>12}{}{}\n", "parameter (worst first)", "elements", "max |diff|",
                      "normalised", report.floor ? fmt::format(" {:>12}", "of movement") : "",
-                     report.rounding ? fmt::format(" {:>12}", "vs fp32") : "");
+                     report.rounding ? fmt::format(" {:>12}", report.rounding->order ? "vs order twin" : "vs fp32")
+                                     : "");
   for (std::size_t i = 0; i < params.size() && i < max_rows; ++i) {
     const ParamDifference& d = params[i];
     const auto fp32 = report.rounding ? report.rounding->max_abs.find(d.name) : std::map<std::string, double>::const_iterator();
@@ -264,7 +305,9 @@ std::string format_report(const VerifyReport& report, const VerifyOptions& optio
                      options.param_tolerance,
                      (report.floor ? fmt::format(", or the bf16 floor's {:.3g} of movement", report.floor->tolerance())
                                    : std::string()) +
-                         (report.rounding ? fmt::format(", or {:.3g} x vs fp32", report.rounding->factor) : std::string()),
+                         (report.rounding ? fmt::format(", or {:.3g} x vs {}", report.rounding->factor,
+                                                     report.rounding->order ? "order twin" : "fp32")
+                                         : std::string()),
                      report.passed ? "PASS" : "FAIL");
   const bool only_params = report.max_loss_difference <= options.loss_tolerance && !report.params_within;
   if (!report.passed && only_params && (report.floor || report.rounding)) {

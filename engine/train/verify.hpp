@@ -7,8 +7,9 @@
 // slice whose gradient is zero in exact arithmetic is held to the update rule's bound instead (verify_compare.hpp).
 // In bf16 on the CPU two more references, the twins, measure the noise floor of the run (the largest over the three
 // pairs of the reference and twins, under AdamW no less than one step-1 sign flip), and in bf16 another, the
-// precision twin (the reference in fp32), how far bf16's roundings move each tensor (verify_floor.hpp): a tensor
-// also passes within a stated multiple of either.
+// precision twin (the reference in fp32), how far bf16's roundings move each tensor; in fp32 under AdamW on the CPU
+// the order twins (the reference with each other GEMM library) how far reordering moves each tensor
+// (verify_floor.hpp): a tensor also passes within a stated multiple of any of them.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +29,7 @@ struct VerifyOptions {
   double loss_tolerance = 1e-5;   // max relative difference of any step's loss
   double param_tolerance = 1e-3;  // max per-tensor normalised difference of the final parameters (AdamW: see --help)
   // bf16: a tensor also passes within this multiple x tp_rounding_factor(tp) of the twins' floor, or of its precision
-  // twin's difference (verify_floor); 0: no twins
+  // twin's difference; fp32 AdamW: of its order twins' difference (verify_floor); 0: no twins
   double noise_multiple = 3;
 };
 
@@ -38,7 +39,8 @@ struct VerifyReport {
   std::vector<ParamDifference> params;  // sorted by name
   std::vector<NullSliceDifference> null_slices;  // AdamW: the slices held to the update rule's bound
   std::optional<NoiseFloor> floor;      // bf16 on the CPU: the twins' floor (params then carry `moved`)
-  std::optional<RoundingFloor> rounding;  // bf16: the precision twin's per-tensor differences
+  // bf16: the precision twin's per-tensor differences; fp32 AdamW on the CPU: the order twins' (`order` set)
+  std::optional<RoundingFloor> rounding;
   double max_loss_difference = 0;       // relative
   double max_param_difference = 0;      // normalised
   bool params_within = false;           // every tensor within --param-tolerance or the floor's tolerance

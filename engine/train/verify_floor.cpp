@@ -51,6 +51,11 @@ std::string describe_twin(const config::RunConfig& reference, const config::RunC
                                 twin.device.attention_sums == ops::AttentionSums::kReorderedQuarters ? "quartered"
                                                                                                       : "halved"));
   }
+  if (twin.batch.micro_batch_size && reference.batch.micro_batch_size &&
+      *twin.batch.micro_batch_size != *reference.batch.micro_batch_size) {
+    parts.push_back(fmt::format("batch.micro_batch_size {} instead of {}", *twin.batch.micro_batch_size,
+                                *reference.batch.micro_batch_size));
+  }
   return parts.empty() ? std::string("nothing else") : fmt::format("{}", fmt::join(parts, " and "));
 }
 
@@ -117,6 +122,48 @@ std::optional<config::RunConfig> precision_twin(const config::RunConfig& referen
   config::RunConfig twin = reference;
   twin.device.precision = ops::Precision::kFp32;
   return twin;
+}
+
+std::vector<config::RunConfig> order_twins(const config::RunConfig& reference) {
+  if (reference.device.precision != ops::Precision::kFp32 || reference.device.type != DeviceType::kCpu ||
+      reference.optimizer.type != config::OptimizerType::kAdamw) {
+    return {};
+  }
+  const ops::CpuBlas own = library_of(reference);
+  std::vector<config::RunConfig> twins;
+  for (ops::CpuBlas other : {ops::CpuBlas::kOneDnn, ops::CpuBlas::kBlis, ops::CpuBlas::kOpenBlas}) {
+    if (other == own || !ops::cpu_blas_built(other)) continue;
+    twins.push_back(reference);
+    twins.back().device.blas = other;
+  }
+  // The sum over the step's tokens in another grouping: micro-batches halved (or doubled where the global batch
+  // allows), the order a dp or cp layout sums the weight gradients in. The reference (single_rank_reference) gives
+  // both batch sizes; a config without them gets no such twin.
+  if (!reference.batch.global_batch_size || !reference.batch.micro_batch_size) return twins;
+  const std::int64_t global = *reference.batch.global_batch_size, own_micro = *reference.batch.micro_batch_size;
+  const std::int64_t micro = own_micro % 2 == 0 ? own_micro / 2 : global % (2 * own_micro) == 0 ? 2 * own_micro : 0;
+  if (micro > 0) {
+    twins.push_back(reference);
+    twins.back().batch.micro_batch_size = micro;
+    twins.back().batch.gradient_accumulation_steps.reset();
+  }
+  return twins;
+}
+
+RoundingFloor order_floor(std::span<const ParamComparison> pairs,
+                          std::span<const std::string> described, double loss, double factor) {
+  RoundingFloor f;
+  f.order = true;
+  f.twin = fmt::format("{}", fmt::join(described, " or "));
+  f.factor = factor;
+  f.loss = loss;
+  for (const ParamComparison& c : pairs) {
+    for (const ParamDifference& d : c.params) {
+      double& m = f.max_abs[d.name];
+      m = std::isnan(d.max_abs) || std::isnan(m) ? std::nan("") : std::max(m, d.max_abs);
+    }
+  }
+  return f;
 }
 
 RoundingFloor rounding_floor(const ParamComparison& twin_against_reference, double loss, double factor) {

@@ -43,6 +43,10 @@
 // |layout - reference| <= |layout - fp32| + |reference - fp32|: in quadrature sqrt(2) x tp_rounding_factor x
 // |reference - fp32| per tensor; a tensor passes within `multiple` x tp_rounding_factor x its own precision-twin
 // difference (RoundingFloor; docs/multi-rank.md).
+//
+// In fp32 under AdamW the order twins (order_twins: the reference with another GEMM library, or its micro-batches
+// regrouped) give a per-tensor floor of the same shape (order_floor, a RoundingFloor with `order` set): AdamW turns a
+// near-zero gradient's rounding into a step up to lr, which fp32's fixed tolerance cannot tell from a bug.
 #pragma once
 
 #include <algorithm>
@@ -86,11 +90,33 @@ struct RoundingFloor {
   std::map<std::string, double> max_abs;  // per tensor
   double factor = 3;                  // a layout's tensor passes within factor x its max_abs
   double loss = 0;                    // the twin's largest relative loss difference (reported only)
+  // fp32 AdamW's order twins instead (order_twins): the column is "vs order twin" and the lines say why
+  bool order = false;
   double tolerance(const std::string& name) const {
     auto it = max_abs.find(name);
     return it == max_abs.end() ? 0.0 : factor * it->second;
   }
 };
+
+// fp32 under AdamW: the order twins of a single-rank reference config, the same run with each other CPU GEMM
+// library built (device.blas; nothing else differs), and with its micro-batches halved (doubled when odd, where the
+// global batch allows; batch.micro_batch_size: the weight gradients' sums over tokens grouped as a dp or cp layout
+// groups them; nothing else differs), none under SGD, in bf16 (twin_references and the precision twin
+// hold there) or on cuda. AdamW's update m / (sqrt(v) + eps) is scale-free: an element whose gradient is near zero
+// (rounding-level against its own size over the steps) takes steps up to lr whatever the gradient's size, so the
+// order of a sum, which moves that gradient by rounding, moves the element by a sizeable fraction of lr. fp32's fixed
+// --param-tolerance has no such floor (benchmarks/verify/RESULTS-2026-12-01-h-layout-sweep.md, draw 785). An order
+// twin sums the same values in another order, as a layout does; per tensor, its largest difference from the reference
+// measures how far reordering moves that tensor (a quiet tensor: ~1e-7 of scale; one with noise-dominated elements:
+// up to lr x steps), and a layout's tensor passes within multiple x tp_rounding_factor(tp) x the largest over the
+// twins (benchmarks/verify/RESULTS-2026-12-01-i-verify-floor.md). Per tensor, not pooled: a tensor the twins leave quiet keeps a bound
+// of the twins' rounding, so half an AdamW step on one of its elements still fails.
+std::vector<config::RunConfig> order_twins(const config::RunConfig& reference);
+
+// The order floor of `pairs` (each order twin compared with the reference, and each two twins): per tensor the
+// largest max_abs over the pairs, at `factor`.
+RoundingFloor order_floor(std::span<const ParamComparison> pairs,
+                          std::span<const std::string> described, double loss, double factor);
 
 // The precision twin of a single-rank reference config: the same run in fp32. nullopt in fp32.
 std::optional<config::RunConfig> precision_twin(const config::RunConfig& reference);

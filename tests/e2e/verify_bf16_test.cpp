@@ -285,6 +285,57 @@ TEST(VerifyBf16, PrecisionTwinPassesAReorderingOfTheTinyModelAndFailsInjectedErr
               "too much qkv bias gradient %zu\n", half_failed.size(), failed.size());
 }
 
+// fp32 AdamW's order floor (verify_floor.hpp's order_twins) on the d_model 32 gpt of the layout sweep's draw 785
+// (AdamW lr 0.01 warming up over 2 steps, 4 steps): the reference again with each other GEMM library bounds each
+// tensor by its own difference (and its micro-batches halved, 4 to 2); a correct reordering (micro-batches of 1, which
+// no twin sums as) passes, half a step on one element of
+// embed.position fails that tensor, and a sign-flipped gradient on the first qkv bias (a wrong gradient shard:
+// AdamW cannot hide a sign) fails it.
+TEST(VerifyFp32, AdamwOrderFloorPassesAReorderingAndFailsInjectedErrors) {
+  config::RunConfig c = config::parse_config(R"({
+    "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 8},
+    "batch": {"global_batch_size": 24, "micro_batch_size": 4},
+    "optimizer": {"type": "adamw", "lr": 0.01, "warmup_steps": 2},
+    "train": {"steps": 4, "seed": 5, "deterministic": true, "eval_batches": 0, "out_dir": "runs/verify_bf16_test"},
+    "data": {"type": "synthetic"}
+  })", "tiny_fp32_adamw");
+  c.resolve(1);
+  const std::vector<config::RunConfig> twins = train::order_twins(c);
+  if (twins.empty()) GTEST_SKIP() << "this build has one CPU GEMM library: no order twin";
+  const Trained reference = train_one_rank(c);
+  const auto slices = train::verify_null_slices(c);
+  const double bound = train::adamw_drift_bound(c.optimizer, c.train.steps);
+  std::vector<train::ParamComparison> compared;
+  std::vector<std::string> described;
+  for (config::RunConfig twin : twins) {
+    twin.resolve(1);  // the micro-batch twin leaves its accumulation steps to resolve
+    compared.push_back(train::compare_parameters(train_one_rank(twin).params, reference.params, slices, bound));
+    described.push_back(train::describe_twin(c, twin));
+  }
+  const train::RoundingFloor order = train::order_floor(compared, described, 0, 3);
+  const auto failing = [&](const train::ParameterMap& layout) {
+    std::vector<std::string> out;
+    for (const auto& d : train::compare_parameters(layout, reference.params, slices, bound).params) {
+      if (!train::tensor_within(d, 1e-3, nullptr, &order)) out.push_back(d.name);
+    }
+    return out;
+  };
+  config::RunConfig split = c;
+  split.batch.micro_batch_size = 1;
+  split.batch.gradient_accumulation_steps.reset();
+  split.resolve(1);
+  EXPECT_TRUE(failing(train_one_rank(split).params).empty());
+  const InjectingBackend half = injecting(8 * 32, 1, 0.5f);  // embed.position (seq_len x d_model)
+  const std::vector<std::string> half_failed = failing(train_one_rank(c, &half).params);
+  EXPECT_NE(std::find(half_failed.begin(), half_failed.end(), "embed.position"), half_failed.end());
+  const InjectingBackend flipped = injecting(3 * 32, -1, 0);  // the first qkv bias
+  const std::vector<std::string> flip_failed = failing(train_one_rank(c, &flipped).params);
+  EXPECT_NE(std::find(flip_failed.begin(), flip_failed.end(), "blocks.0.attn.qkv.bias"), flip_failed.end());
+  std::printf("[ verify ] fp32 AdamW order floor, d_model 32 gpt: embed.position's floor %.3g, half a step fails %zu "
+              "tensors, a flipped qkv bias gradient %zu\n", order.tolerance("embed.position"), half_failed.size(),
+              flip_failed.size());
+}
+
 TEST(VerifyBf16, Tp2LossBoundFailsALossMeanOverOneTokenTooFew) {
   config::RunConfig c = tiny_bf16("sgd");
   c.train.steps = 3;

@@ -4,7 +4,9 @@
 // difference against how far training moved the tensor; the floor is the largest over every pair of the three runs
 // (the two twins' pair too); a tensor passes within the fixed tolerance of its scale or within multiple x
 // tp_factor x floor of its movement, and NaN passes neither. The precision
-// twin is the reference in fp32 (bf16 only); a tensor also passes within factor x its own fp32 difference.
+// twin is the reference in fp32 (bf16 only); a tensor also passes within factor x its own fp32 difference. The order
+// twins (fp32 AdamW only) change the GEMM library or the micro-batch grouping and nothing else; their floor is per
+// tensor, so a quiet tensor still fails half an AdamW step.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -171,6 +173,68 @@ TEST(VerifyFloor, PrecisionTwinIsTheReferenceInFp32AndHoldsEachTensorToItsOwnDif
   EXPECT_FALSE(tensor_within({"broken", 4, 1.0, 0.5, 0}, 1e-3, nullptr, &r));    // a non-finite twin passes nothing
   const double nan = std::numeric_limits<double>::quiet_NaN();
   EXPECT_FALSE(tensor_within({"bias", 4, nan, nan, nan}, 1e-3, nullptr, &r));
+}
+
+// fp32 AdamW's order twins: the reference with each other GEMM library built, nothing else; none under SGD, in bf16
+// or on cuda. The order floor is per tensor, the largest over the twins: a tensor the twins leave quiet fails half an
+// AdamW step on one element (lr 0.01: 5e-3 against a floor of 3 x 1e-7), a noisy one passes within 3 x its own.
+TEST(VerifyFloor, OrderTwinsChangeOnlyTheGemmLibraryInFp32UnderAdamwAndBoundEachTensorByItsOwnDifference) {
+  config::RunConfig adamw;
+  adamw.optimizer.type = config::OptimizerType::kAdamw;
+  config::RunConfig sgd = adamw;
+  sgd.optimizer.type = config::OptimizerType::kSgd;
+  EXPECT_TRUE(order_twins(sgd).empty());
+  config::RunConfig bf16 = adamw;
+  bf16.device.precision = ops::Precision::kBf16;
+  EXPECT_TRUE(order_twins(bf16).empty());
+  config::RunConfig cuda = adamw;
+  cuda.device.type = DeviceType::kCuda;
+  EXPECT_TRUE(order_twins(cuda).empty());
+  const std::size_t built = ops::cpu_blas_built(ops::CpuBlas::kOneDnn) + ops::cpu_blas_built(ops::CpuBlas::kBlis);
+  for (ops::CpuBlas own : {ops::CpuBlas::kOpenBlas, ops::CpuBlas::kOneDnn, ops::CpuBlas::kBlis}) {
+    if (!ops::cpu_blas_built(own)) continue;
+    config::RunConfig r = adamw;
+    r.device.blas = own;
+    r.batch.global_batch_size = 8;
+    for (const std::int64_t micro : {4, 1, 3}) {  // halved; doubled (8 = 4 x 2); neither (8 is no multiple of 6)
+      r.batch.micro_batch_size = micro;
+      const std::vector<config::RunConfig> twins = order_twins(r);
+      // every library built but the reference's own, and the micro-batches regrouped where they can be
+      ASSERT_EQ(twins.size(), built + (micro == 3 ? 0 : 1));
+      for (std::size_t k = 0; k < built; ++k) {
+        EXPECT_NE(twins[k].device.blas, own);
+        config::RunConfig same = twins[k];
+        same.device.blas = own;
+        EXPECT_TRUE(same == r);  // nothing else differs
+      }
+      if (micro == 3) continue;
+      EXPECT_EQ(*twins.back().batch.micro_batch_size, micro == 4 ? 2 : 2);
+      EXPECT_NE(describe_twin(r, twins.back()).find("batch.micro_batch_size 2 instead of"), std::string::npos);
+      config::RunConfig same = twins.back();
+      same.batch.micro_batch_size = micro;
+      EXPECT_TRUE(same == r);
+    }
+  }
+  ParamComparison quiet, noisy;
+  quiet.params = {{"a", 4, 1e-7, 1e-7}, {"b", 4, 2e-3, 2e-3}};
+  noisy.params = {{"a", 4, 3e-8, 3e-8}, {"b", 4, 4e-3, 4e-3}};
+  const std::vector<ParamComparison> twins{quiet, noisy};
+  const std::vector<std::string> described{"device.blas onednn instead of openblas",
+                                           "device.blas blis instead of openblas"};
+  const RoundingFloor f = order_floor(twins, described, 0, 3);
+  EXPECT_TRUE(f.order);
+  EXPECT_DOUBLE_EQ(f.tolerance("a"), 3e-7);   // the largest over the twins, times the factor
+  EXPECT_DOUBLE_EQ(f.tolerance("b"), 1.2e-2);
+  const double half_step = 0.5 * 0.01;
+  EXPECT_FALSE(tensor_within({"a", 4, half_step, half_step / 0.5}, 1e-3, nullptr, &f));
+  EXPECT_TRUE(tensor_within({"b", 4, 1e-2, 1e-2 / 0.5}, 1e-3, nullptr, &f));
+  EXPECT_FALSE(tensor_within({"b", 4, 1.3e-2, 1.3e-2 / 0.5}, 1e-3, nullptr, &f));
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  ParamComparison broken;
+  broken.params = {{"a", 4, nan, nan}};
+  const std::vector<ParamComparison> with_nan{quiet, broken};
+  const RoundingFloor unbounded = order_floor(with_nan, described, 0, 3);
+  EXPECT_FALSE(tensor_within({"a", 4, 1e-8, 2e-3}, 1e-3, nullptr, &unbounded));
 }
 
 }  // namespace

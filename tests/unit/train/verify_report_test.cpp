@@ -120,6 +120,27 @@ TEST(VerifyReport, PrecisionTwinLineNamesATensorTheFp32RunLeavesOnTheReference) 
   EXPECT_NE(finite.find("the layout's largest is 0.987 x (embed.token)"), std::string::npos) << finite;
 }
 
+// fp32 AdamW's order floor (the order twins' RoundingFloor, `order` set): its own column and line, which say what the
+// twins are and why (a near-zero gradient under AdamW), and the verdict names "vs order twin", not fp32.
+TEST(VerifyReport, OrderFloorLineSaysWhatTheTwinsAreAndWhy) {
+  VerifyOptions options;
+  VerifyReport r = report_of(6e-8, 1.81e-3, true);
+  r.params = {{"blocks.0.mlp.proj.weight", 4096, 8.97e-5, 1.81e-3}};
+  r.rounding = RoundingFloor{"device.blas blis instead of onednn or batch.micro_batch_size 2 instead of 4",
+                             {{"blocks.0.mlp.proj.weight", 6.85e-5}}, 4.24, 7.9e-8, true};
+  r.params_within = true;
+  r.passed = true;
+  const std::string out = format_report(r, options);
+  EXPECT_NE(out.find("vs order twin\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("fp32 AdamW order floor per tensor: the reference run again with device.blas blis instead of "
+                     "onednn or batch.micro_batch_size 2 instead of 4"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("the layout's largest is 1.31 x (blocks.0.mlp.proj.weight)"), std::string::npos) << out;
+  EXPECT_NE(out.find("or 4.24 x vs order twin): PASS"), std::string::npos) << out;
+  EXPECT_EQ(out.find("vs fp32"), std::string::npos) << out;
+  EXPECT_EQ(out.find("bf16"), std::string::npos) << out;
+}
+
 // A bf16 failure on the parameters alone: on a model that routes tokens, the report names a router near-tie and the
 // check that separates it (forced routing); under SGD it points to fp32, not to the SGD the run already uses.
 TEST(VerifyReport, Bf16ParameterFailureNamesRouterNearTiesOnRoutedModelsAndTheRightCheck) {

@@ -30,23 +30,35 @@ Run run(const config::RunConfig& config, comm::Communicator& comm, bool keep_ini
   return r;
 }
 
+// Each twin trained on `self` from the reference's seed: its final parameters, how it differs from the reference
+// config, and the largest loss difference from the reference over all twins.
+struct TwinRuns {
+  std::vector<ParameterMap> params;
+  std::vector<std::string> described;
+  double loss = 0;
+};
+
+TwinRuns train_twins(const std::vector<config::RunConfig>& twins, const config::RunConfig& reference_config,
+                     const Run& reference, comm::Communicator& self) {
+  TwinRuns out;
+  for (const config::RunConfig& twin : twins) {
+    Run r = run(twin, self);
+    out.described.push_back(describe_twin(reference_config, twin));
+    out.loss = std::max(out.loss, max_loss_difference(r.losses, reference.losses));
+    out.params.push_back(std::move(r.params));
+  }
+  return out;
+}
+
 // The twins' floor: each twin trained on `self`, then every pair among the reference and the twins compared
 // (floor_pairs: all start from the reference's initial values).
 NoiseFloor twins_floor(const std::vector<config::RunConfig>& twins, const config::RunConfig& reference_config,
                        const Run& reference, comm::Communicator& self,
                        const std::vector<partition::NullGradient>& null_slices, double null_bound, double multiple,
                        double tp_factor, double flip) {
-  std::vector<ParameterMap> params;
-  std::vector<std::string> described;
-  double loss = 0;
-  for (const config::RunConfig& twin : twins) {
-    Run r = run(twin, self);
-    described.push_back(describe_twin(reference_config, twin));
-    loss = std::max(loss, max_loss_difference(r.losses, reference.losses));
-    params.push_back(std::move(r.params));
-  }
-  std::vector<FloorPair> pairs = floor_pairs(reference.params, reference.initial, params, null_slices, null_bound);
-  return noise_floor(std::move(pairs), loss, std::move(described), multiple, tp_factor, flip);
+  TwinRuns t = train_twins(twins, reference_config, reference, self);
+  std::vector<FloorPair> pairs = floor_pairs(reference.params, reference.initial, t.params, null_slices, null_bound);
+  return noise_floor(std::move(pairs), t.loss, std::move(t.described), multiple, tp_factor, flip);
 }
 
 // fp32 AdamW's order floor: each order twin trained on `self`, every pair among the reference and the twins compared
@@ -55,23 +67,17 @@ RoundingFloor order_twins_floor(const std::vector<config::RunConfig>& twins, con
                                 const Run& reference, comm::Communicator& self,
                                 const std::vector<partition::NullGradient>& null_slices, double null_bound,
                                 double factor) {
+  const TwinRuns t = train_twins(twins, reference_config, reference, self);
   std::vector<ParamComparison> compared;
-  std::vector<ParameterMap> params;
-  std::vector<std::string> described;
-  double loss = 0;
-  for (const config::RunConfig& twin : twins) {
-    Run r = run(twin, self);
-    described.push_back(describe_twin(reference_config, twin));
-    loss = std::max(loss, max_loss_difference(r.losses, reference.losses));
-    compared.push_back(compare_parameters(r.params, reference.params, null_slices, null_bound));
-    params.push_back(std::move(r.params));
+  for (const ParameterMap& p : t.params) {
+    compared.push_back(compare_parameters(p, reference.params, null_slices, null_bound));
   }
-  for (std::size_t j = 0; j < params.size(); ++j) {
-    for (std::size_t k = j + 1; k < params.size(); ++k) {
-      compared.push_back(compare_parameters(params[k], params[j], null_slices, null_bound));
+  for (std::size_t j = 0; j < t.params.size(); ++j) {
+    for (std::size_t k = j + 1; k < t.params.size(); ++k) {
+      compared.push_back(compare_parameters(t.params[k], t.params[j], null_slices, null_bound));
     }
   }
-  return order_floor(compared, described, loss, factor);
+  return order_floor(compared, t.described, t.loss, factor);
 }
 
 // The null-gradient slices' lines (none under SGD): why they are not in the table, and their bound.

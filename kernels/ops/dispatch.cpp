@@ -69,6 +69,14 @@ void check_numel(std::string_view op, std::string_view name, const Tensor& t, st
   CLEAVE_CHECK(t.numel() == numel, "{}: {} {} should hold {} elements", op, name, t.shape().str(), numel);
 }
 
+void check_floats(const Context& ctx, std::string_view op, std::initializer_list<Named> tensors) {
+  for (const Named& t : tensors) check_float(ctx, op, t.name, t.tensor);
+}
+
+void check_same_numels(std::string_view op, Named reference, std::initializer_list<Named> others) {
+  for (const Named& t : others) check_same_numel(op, reference.name, reference.tensor, t.name, t.tensor);
+}
+
 void throw_not_implemented(std::string_view op, Device device, const char* backend) {
   CLEAVE_THROW("{} is not implemented on {} (the {} backend has no kernel for it yet)", op, device.str(), backend);
 }

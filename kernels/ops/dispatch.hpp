@@ -2,6 +2,7 @@
 // backend of the context's device (a null slot is the "not implemented on <device>" error).
 #pragma once
 
+#include <initializer_list>
 #include <string_view>
 
 #include "engine/core/error.hpp"
@@ -18,6 +19,16 @@ void check_dtype(const Context& ctx, std::string_view op, std::string_view name,
 void check_same_numel(std::string_view op, std::string_view a_name, const Tensor& a, std::string_view b_name,
                       const Tensor& b);
 void check_numel(std::string_view op, std::string_view name, const Tensor& t, std::int64_t numel);
+
+// A tensor under the name an op's messages give it.
+struct Named {
+  std::string_view name;
+  const Tensor& tensor;
+};
+// check_float of each tensor, in the order given (the first bad one is the one named).
+void check_floats(const Context& ctx, std::string_view op, std::initializer_list<Named> tensors);
+// check_same_numel(op, reference, other) for each other tensor, in the order given.
+void check_same_numels(std::string_view op, Named reference, std::initializer_list<Named> others);
 [[noreturn]] void throw_not_implemented(std::string_view op, Device device, const char* backend);
 // ops::gemm's checks and size resolution (ops_gemm.cpp): the GemmProblem its slot receives.
 GemmProblem resolve_gemm(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c,

@@ -37,6 +37,24 @@ struct Problem {
   float alpha = 1.0f, beta = 0.0f;
 };
 
+// C [m, n] = A [m, k] x B over unpadded row-major device tensors, B [k, n] (or [n, k] with trans_b): leading
+// dimensions k, n (k with trans_b) and n; every other field GemmArgs' default (f32, alpha 1, beta 0, one batch).
+GemmArgs dense_args(int64_t m, int64_t n, int64_t k, const Tensor& a, const Tensor& b, const Tensor& c,
+                    bool trans_b = false) {
+  GemmArgs args;
+  args.trans_b = trans_b;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.a = a.raw_data();
+  args.lda = k;
+  args.b = b.raw_data();
+  args.ldb = trans_b ? k : n;
+  args.c = c.raw_data();
+  args.ldc = n;
+  return args;
+}
+
 class CudaGemm : public CudaTest {
  protected:
   void SetUp() override {
@@ -239,17 +257,9 @@ TEST_F(CudaGemm, StridedBatchedWithBroadcastAndInterleavedOutput) {
   Tensor da = upload_f32(a);
   Tensor db = upload_f32(b);
   Tensor dc = poisoned(m * ldc);
-  GemmArgs args;
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.a = da.raw_data();
-  args.lda = k;
+  GemmArgs args = dense_args(m, n, k, da, db, dc);
   args.stride_a = m * k;
-  args.b = db.raw_data();
-  args.ldb = n;
   args.stride_b = 0;
-  args.c = dc.raw_data();
   args.ldc = ldc;
   args.stride_c = n;
   args.batch = batch;
@@ -294,18 +304,9 @@ TEST_P(CudaGemmEpilogue, MatchesCpuBiasAndGelu) {
   Tensor dbias = put(bias);
   Tensor daux = epilogue == GemmEpilogue::kGeluBackward ? put(aux_in) : poisoned(m * n, type);
   Tensor dc = poisoned(m * n, type);
-  GemmArgs args;
-  args.m = m;
-  args.n = n;
-  args.k = k;
+  GemmArgs args = dense_args(m, n, k, da, db, dc);
   args.input_type = type;
   args.output_type = type;
-  args.a = da.raw_data();
-  args.lda = k;
-  args.b = db.raw_data();
-  args.ldb = n;
-  args.c = dc.raw_data();
-  args.ldc = n;
   args.epilogue = epilogue;
   args.bias = dbias.raw_data();
   args.aux = daux.raw_data();
@@ -351,16 +352,7 @@ TEST_F(CudaGemm, Tf32IsCloseToStrict) {
   Tensor da = upload_f32(a);
   Tensor db = upload_f32(b);
   Tensor dc = poisoned(m * n);
-  GemmArgs args;
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.a = da.raw_data();
-  args.lda = k;
-  args.b = db.raw_data();
-  args.ldb = n;
-  args.c = dc.raw_data();
-  args.ldc = n;
+  GemmArgs args = dense_args(m, n, k, da, db, dc);
   args.math = kc::GemmMath::kTF32;
   Tensor ws = workspace(kc::gemm_workspace_size(args));
   kc::gemm(context(), args, ws.raw_data(), kc::gemm_workspace_size(args), stream());
@@ -440,17 +432,7 @@ TEST_F(CudaGemm, BucketedPlansAreRepeatable) {
   Tensor da = upload_f32(a), db = upload_f32(b);
   const auto run = [&](kc::GemmContext& context, int64_t rows) {
     Tensor dc = poisoned(rows * n);
-    GemmArgs args;
-    args.trans_b = true;
-    args.m = rows;
-    args.n = n;
-    args.k = k;
-    args.a = da.raw_data();
-    args.lda = k;
-    args.b = db.raw_data();
-    args.ldb = k;
-    args.c = dc.raw_data();
-    args.ldc = n;
+    const GemmArgs args = dense_args(rows, n, k, da, db, dc, /*trans_b=*/true);
     Tensor ws = workspace(kc::gemm_workspace_size(args));
     kc::gemm(context, args, ws.raw_data(), kc::gemm_workspace_size(args), stream());
     return download_f32(dc);

@@ -93,6 +93,30 @@ class AttentionParity : public OpsParity {
     for (float v : to_cpu(gpu_out).to_floats()) wrong += !(std::fabs(v) <= 1e-4f);
     EXPECT_EQ(wrong, 0) << what << ": " << wrong << " elements of a gradient that is 0 (one key) are not near 0";
   }
+  // The packed forms at c's sizes (q_len the sequence; causal, no offsets or window): the forward, then the backward
+  // accumulating onto a random dqkv, the same start on both sides. out and dqkv within `tol`, lse within `lse_tol`.
+  void expect_packed_parity(const AttentionCase& c, double tol, double lse_tol, const std::string& what) {
+    const std::int64_t b = c.batch, t = c.q_len, hq = c.q_heads, hkv = c.kv_heads, hd = c.head_dim;
+    ops::AttentionParams p;
+    p.q_heads = hq;
+    p.kv_heads = hkv;
+    const Tensor qkv = random(Shape{b, t, (hq + 2 * hkv) * hd}, c.dtype, -2.0f, 2.0f);
+    const Tensor dout = random(Shape{b, t, hq * hd}, c.dtype);
+    Tensor out = empty_cpu(dout.shape(), c.dtype), lse = empty_cpu(Shape{b, hq, t}, DType::kF32);
+    ops::attention_forward_packed(cpu(), qkv, out, lse, p);
+    Tensor gout = poisoned_gpu(out.shape(), c.dtype), glse = poisoned_gpu(lse.shape(), DType::kF32);
+    ops::attention_forward_packed(gpu(), to_gpu(qkv), gout, glse, p);
+    expect_close(out, gout, tol, what + " out");
+    expect_close(lse, glse, lse_tol, what + " lse");
+    const Tensor start = random(qkv.shape(), c.dtype);
+    Tensor dqkv = empty_cpu(qkv.shape(), c.dtype);
+    ops::copy(cpu(), start, dqkv);
+    Tensor gdqkv = to_gpu(start);
+    p.accumulate_grads = true;
+    ops::attention_backward_packed(cpu(), qkv, out, lse, dout, dqkv, p);
+    ops::attention_backward_packed(gpu(), to_gpu(qkv), to_gpu(out), to_gpu(lse), to_gpu(dout), gdqkv, p);
+    expect_close(dqkv, gdqkv, tol, what + " dqkv (accumulated)");
+  }
 };
 
 TEST_F(AttentionParity, ForwardAndBackwardMatchCpu) {
@@ -127,27 +151,7 @@ TEST_F(AttentionParity, ForwardAndBackwardMatchCpu) {
 }
 
 TEST_F(AttentionParity, PackedFormsAndAccumulateMatchCpu) {
-  const std::int64_t b = 2, t = 45, hq = 6, hkv = 2, hd = 8;
-  ops::AttentionParams p;
-  p.q_heads = hq;
-  p.kv_heads = hkv;
-  const Tensor qkv = random(Shape{b, t, (hq + 2 * hkv) * hd}, DType::kF32, -2.0f, 2.0f);
-  const Tensor dout = random(Shape{b, t, hq * hd}, DType::kF32);
-  Tensor out = empty_cpu(dout.shape(), DType::kF32), lse = empty_cpu(Shape{b, hq, t}, DType::kF32);
-  ops::attention_forward_packed(cpu(), qkv, out, lse, p);
-  Tensor gout = poisoned_gpu(out.shape(), DType::kF32), glse = poisoned_gpu(lse.shape(), DType::kF32);
-  ops::attention_forward_packed(gpu(), to_gpu(qkv), gout, glse, p);
-  expect_close(out, gout, 1e-4, "packed out");
-  expect_close(lse, glse, 1e-4, "packed lse");
-  // accumulate onto a random dqkv: the same start on both sides
-  const Tensor start = random(qkv.shape(), DType::kF32);
-  Tensor dqkv = empty_cpu(qkv.shape(), DType::kF32);
-  ops::copy(cpu(), start, dqkv);
-  Tensor gdqkv = to_gpu(start);
-  p.accumulate_grads = true;
-  ops::attention_backward_packed(cpu(), qkv, out, lse, dout, dqkv, p);
-  ops::attention_backward_packed(gpu(), to_gpu(qkv), to_gpu(out), to_gpu(lse), to_gpu(dout), gdqkv, p);
-  expect_close(dqkv, gdqkv, 1e-4, "packed dqkv (accumulated)");
+  expect_packed_parity({2, 45, 45, 6, 2, 8, 0, 0, 0, DType::kF32}, 1e-4, 1e-4, "packed");
 }
 
 TEST_F(AttentionParity, MergeMatchesCpu) {
@@ -165,26 +169,8 @@ TEST_F(AttentionParity, MergeMatchesCpu) {
 // The packed form in bf16 (the mixed-precision step's layout: q | k | v columns of one tensor, dqkv likewise),
 // accumulating onto a random dqkv, GQA and T = 37 (not a multiple of the 8-row blocks or 32-key tiles).
 TEST_F(AttentionParity, PackedBf16AccumulateMatchesCpu) {
-  const std::int64_t b = 2, t = 37, hq = 4, hkv = 2, hd = 64;
-  ops::AttentionParams p;
-  p.q_heads = hq;
-  p.kv_heads = hkv;
-  const Tensor qkv = random(Shape{b, t, (hq + 2 * hkv) * hd}, DType::kBF16, -2.0f, 2.0f);
-  const Tensor dout = random(Shape{b, t, hq * hd}, DType::kBF16);
-  Tensor out = empty_cpu(dout.shape(), DType::kBF16), lse = empty_cpu(Shape{b, hq, t}, DType::kF32);
-  ops::attention_forward_packed(cpu(), qkv, out, lse, p);
-  Tensor gout = poisoned_gpu(out.shape(), DType::kBF16), glse = poisoned_gpu(lse.shape(), DType::kF32);
-  ops::attention_forward_packed(gpu(), to_gpu(qkv), gout, glse, p);
-  expect_close(out, gout, tolerance(DType::kBF16), "packed bf16 out");
-  expect_close(lse, glse, tolerance(DType::kF32), "packed bf16 lse");
-  const Tensor start = random(qkv.shape(), DType::kBF16);
-  Tensor dqkv = empty_cpu(qkv.shape(), DType::kBF16);
-  ops::copy(cpu(), start, dqkv);
-  Tensor gdqkv = to_gpu(start);
-  p.accumulate_grads = true;
-  ops::attention_backward_packed(cpu(), qkv, out, lse, dout, dqkv, p);
-  ops::attention_backward_packed(gpu(), to_gpu(qkv), to_gpu(out), to_gpu(lse), to_gpu(dout), gdqkv, p);
-  expect_close(dqkv, gdqkv, tolerance(DType::kBF16), "packed bf16 dqkv (accumulated)");
+  expect_packed_parity({2, 37, 37, 4, 2, 64, 0, 0, 0, DType::kBF16}, tolerance(DType::kBF16), tolerance(DType::kF32),
+                       "packed bf16");
 }
 
 // The merge's edges, f32 and bf16: rows empty on one side (lse -inf: the other side's out and lse pass through) and

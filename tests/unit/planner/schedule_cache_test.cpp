@@ -8,13 +8,9 @@
 // search.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -25,6 +21,8 @@
 #include "engine/planner/plan_search.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "engine/run_plan/schedule_cache.hpp"
+#include "search_equivalence.hpp"
+#include "support/scratch_dir_test.hpp"
 #include "synthetic_profile.hpp"
 
 namespace cleave::planner {
@@ -47,7 +45,13 @@ int microbatches(const config::RunConfig& c) {
 
 HardwareProfile links() { return testing::synthetic_profile(1e9, 1e11, Link{1e-6, 1e10}, Link{1e-5, 1e9}, 4); }
 
-TEST(ScheduleCache, APlanMadeWithTheCacheEqualsOneMadeFromScratch) {
+// Each test's config files in a folder of its own, removed after it.
+class ScheduleCache : public testing::ScratchDirTest {
+ protected:
+  ScheduleCache() : ScratchDirTest("cleave_schedule_cache_test_") {}
+};
+
+TEST_F(ScheduleCache, APlanMadeWithTheCacheEqualsOneMadeFromScratch) {
   run_plan::ScheduleCache cache;
   const std::vector<std::vector<std::string>> cases = {
       {"parallel.schedule=auto", "parallel.pipeline_model_parallel_size=4"},
@@ -70,7 +74,7 @@ TEST(ScheduleCache, APlanMadeWithTheCacheEqualsOneMadeFromScratch) {
   EXPECT_EQ(cache.hits(), cases.size());
 }
 
-TEST(ScheduleCache, TheAutoSchedulesKeyHoldsWhatItsSearchReads) {
+TEST_F(ScheduleCache, TheAutoSchedulesKeyHoldsWhatItsSearchReads) {
   run_plan::ScheduleCache cache;
   const config::RunConfig c = tiny(4, {"parallel.schedule=auto", "parallel.pipeline_model_parallel_size=4"});
   run_plan::make_plan(c, microbatches(c), 0, &cache);
@@ -95,7 +99,7 @@ TEST(ScheduleCache, TheAutoSchedulesKeyHoldsWhatItsSearchReads) {
 // stash weighing parallel.auto_schedule_weight_stash_fraction after its I, parallel.auto_schedule_objective span)
 // reaches the search: at a limit of 3 on pp 4 and a fraction of 0.3 some rank holds more than 3 whole stashes
 // (which the whole-stash count forbids) while the weighted count stays within 3; each key is its own cache entry.
-TEST(ScheduleCache, TheZeroBubblePapersMemoryLimitReachesTheAutoSchedule) {
+TEST_F(ScheduleCache, TheZeroBubblePapersMemoryLimitReachesTheAutoSchedule) {
   const std::vector<std::string> base = {"parallel.schedule=auto", "parallel.pipeline_model_parallel_size=4",
                                          "parallel.auto_schedule_memory_limit=3"};
   auto with = [&](std::vector<std::string> extra) {
@@ -138,11 +142,8 @@ TEST(ScheduleCache, TheZeroBubblePapersMemoryLimitReachesTheAutoSchedule) {
 // own priced F, I, W and P2P. With transfers as slow as a block (the FLOP-ratio search prices none), the priced
 // search, which has ZB-H1 among its candidates at 1F1B's memory, is never slower than ZB-H1 and here faster than
 // the search on the FLOP ratio; it changes nothing for a schedule that is not auto.
-TEST(ScheduleCache, ThePricedAutoScheduleIsNeverSlowerThanZbH1) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("cleave_priced_auto_" + std::to_string(::getpid()) + ".json"))
-          .string();
-  std::ofstream(path) << kTiny;
+TEST_F(ScheduleCache, ThePricedAutoScheduleIsNeverSlowerThanZbH1) {
+  const std::string path = write("priced_auto.json", kTiny);
   HardwareProfile slow_links = links();
   slow_links.intra_node = Link{2e-3, 1e8};
   SearchOptions options;
@@ -163,10 +164,9 @@ TEST(ScheduleCache, ThePricedAutoScheduleIsNeverSlowerThanZbH1) {
   EXPECT_EQ(estimate("zb_h1", true).step_s, h1.step_s);
   std::printf("[ priced auto ] zb_h1 %.6f s, auto on FLOP ratio %.6f s, auto on prices %.6f s\n", h1.step_s,
               flops.step_s, priced.step_s);
-  std::filesystem::remove(path);
 }
 
-TEST(ScheduleCache, MoreStagesThanBlocksIsRefusedBeforeTheScheduleIsBuilt) {
+TEST_F(ScheduleCache, MoreStagesThanBlocksIsRefusedBeforeTheScheduleIsBuilt) {
   // pp 4096 on a model of 6 blocks: the auto search alone would take hours; the refusal is immediate.
   const config::RunConfig c = tiny(4096, {"parallel.schedule=auto", "parallel.pipeline_model_parallel_size=4096",
                                           "batch.global_batch_size=4096"});
@@ -199,20 +199,14 @@ TEST(ScheduleCache, MoreStagesThanBlocksIsRefusedBeforeTheScheduleIsBuilt) {
   }
 }
 
-TEST(ScheduleCache, EverySearchedEstimateEqualsTheCandidateEstimatedAloneWithoutTheCache) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("cleave_schedule_cache_" + std::to_string(::getpid()) + ".json"))
-          .string();
-  std::ofstream(path) << kTiny;
+TEST_F(ScheduleCache, EverySearchedEstimateEqualsTheCandidateEstimatedAloneWithoutTheCache) {
+  const std::string path = write("schedule_cache.json", kTiny);
   SearchOptions options;
   options.world = 8;
   const HardwareProfile profile = links();
   const SearchResult searched = search_plans(path, {}, profile, options);
-  std::vector<const PlanEstimate*> all;
-  for (const auto& e : searched.ranked) all.push_back(&e);
-  for (const auto& e : searched.rejected) all.push_back(&e);
   int autos = 0, compared = 0;
-  for (const PlanEstimate* e : all) {
+  for (const PlanEstimate* e : testing::every_estimate(searched)) {
     if (e->choice.schedule == "-") continue;  // refused before any plan was made (dp does not divide the batch)
     // Every auto plan (the search the cache saves), every third of the others.
     if (e->choice.schedule == "auto") {
@@ -220,26 +214,13 @@ TEST(ScheduleCache, EverySearchedEstimateEqualsTheCandidateEstimatedAloneWithout
     } else if (compared++ % 3 != 0) {
       continue;
     }
-    const PlanEstimate alone = estimate_plan(path, {}, e->choice, profile, options);
-    const std::string what = e->choice.layout() + " " + e->choice.schedule + " micro " +
-                             std::to_string(e->choice.micro_batch) + " zero " + e->choice.zero_label();
-    EXPECT_EQ(alone.valid, e->valid) << what;
-    EXPECT_EQ(alone.fits, e->fits) << what;
-    EXPECT_EQ(alone.reason, e->reason) << what;
-    EXPECT_EQ(alone.step_s, e->step_s) << what;  // exactly: the same arithmetic on the same schedule
-    EXPECT_EQ(alone.bubble, e->bubble) << what;
-    EXPECT_EQ(alone.peak_bytes, e->peak_bytes) << what;
-    EXPECT_EQ(alone.comm_bytes, e->comm_bytes) << what;
+    testing::expect_estimated_alike(estimate_plan(path, {}, e->choice, profile, options), *e);
   }
   EXPECT_GT(autos, 20);  // the search priced auto at several pp, micro-batch counts and layouts
-  std::filesystem::remove(path);
 }
 
-TEST(ScheduleCache, AWorldNoLayoutCanUseIsRefusedBeforeTheSearchAndTheLargestUsableOneIsSearched) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("cleave_world_bound_" + std::to_string(::getpid()) + ".json"))
-          .string();
-  std::ofstream(path) << kTiny;
+TEST_F(ScheduleCache, AWorldNoLayoutCanUseIsRefusedBeforeTheSearchAndTheLargestUsableOneIsSearched) {
+  const std::string path = write("world_bound.json", kTiny);
   SearchOptions options;
   // tp 4 (n_heads, a node of 4 ranks) x cp 8 (ring: seq_len 16 in 2 cp chunks; all_to_all would need the 4 / tp
   // heads of a tp rank divisible by cp, so at most tp 1 x cp 4) x pp one block per stage x dp 16 (the global batch).
@@ -268,7 +249,6 @@ TEST(ScheduleCache, AWorldNoLayoutCanUseIsRefusedBeforeTheSearchAndTheLargestUsa
     named |= e.choice.tp == 4 && e.choice.cp == 8 && e.choice.pp == blocks && e.choice.dp == 16;
   }
   EXPECT_TRUE(named) << at_most.ranked.size() << " plans fit";
-  std::filesystem::remove(path);
 }
 
 }  // namespace

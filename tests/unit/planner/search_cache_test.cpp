@@ -6,22 +6,19 @@
 // with its memory, as alone, and no time.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "engine/core/enum_names.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "engine/planner/search_cache.hpp"
 #include "partition/ep_costs.hpp"
 #include "pipeline/lowering.hpp"
 #include "pipeline/schedules/schedules.hpp"
+#include "search_equivalence.hpp"
+#include "support/scratch_dir_test.hpp"
 #include "synthetic_profile.hpp"
 
 namespace cleave::planner {
@@ -78,62 +75,40 @@ constexpr const char* kMoe = R"({
 
 HardwareProfile links() { return testing::synthetic_profile(1e9, 1e11, Link{1e-6, 1e10}, Link{1e-5, 1e9}, 4); }
 
-TEST(SearchCache, EveryMoeCandidateEstimatesAsTheCandidateAloneWithoutACache) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("cleave_search_cache_moe_" + std::to_string(::getpid()) + ".json"))
-          .string();
-  std::ofstream(path) << kMoe;
+// Each test's config file in a folder of its own, removed after it.
+class SearchCache : public testing::ScratchDirTest {
+ protected:
+  SearchCache() : ScratchDirTest("cleave_search_cache_test_") {}
+};
+
+TEST_F(SearchCache, EveryMoeCandidateEstimatesAsTheCandidateAloneWithoutACache) {
+  const std::string path = write("search_cache_moe.json", kMoe);
   SearchOptions options;
   options.world = 8;
   const HardwareProfile profile = links();
   const SearchResult searched = search_plans(path, {}, profile, options);
-  std::vector<const PlanEstimate*> all;
-  for (const auto& e : searched.ranked) all.push_back(&e);
-  for (const auto& e : searched.rejected) all.push_back(&e);
   std::set<int> eps;
   int compared = 0, skipped = 0;
-  for (const PlanEstimate* e : all) {
+  for (const PlanEstimate* e : testing::every_estimate(searched)) {
     if (e->choice.schedule == "-") continue;  // refused before any plan was made (dp does not divide the batch)
     // Every second ep plan (the imbalance the table feeds), every eighth of the others.
     if (skipped++ % (e->choice.ep > 1 ? 2 : 8) != 0) continue;
-    const PlanEstimate alone = estimate_plan(path, {}, e->choice, profile, options);
-    const std::string what = e->choice.layout() + " " + e->choice.schedule + " micro " +
-                             std::to_string(e->choice.micro_batch) + " zero " + e->choice.zero_label() +
-                             " recompute " + std::string(enum_name(e->choice.recompute));
-    EXPECT_EQ(alone.valid, e->valid) << what;
-    EXPECT_EQ(alone.fits, e->fits) << what;
-    EXPECT_EQ(alone.reason, e->reason) << what;
-    EXPECT_EQ(alone.step_s, e->step_s) << what;  // exactly: the same arithmetic on the same schedule
-    EXPECT_EQ(alone.bubble, e->bubble) << what;
-    EXPECT_EQ(alone.items_per_s, e->items_per_s) << what;
-    EXPECT_EQ(alone.peak_bytes, e->peak_bytes) << what;
-    EXPECT_EQ(alone.peak_rank, e->peak_rank) << what;
-    EXPECT_EQ(alone.peak_by_category, e->peak_by_category) << what;
-    EXPECT_EQ(alone.comm_bytes, e->comm_bytes) << what;
-    EXPECT_EQ(alone.ep_imbalance, e->ep_imbalance) << what;
-    EXPECT_EQ(alone.ep_all_to_all_s, e->ep_all_to_all_s) << what;
-    EXPECT_EQ(alone.breakdown.seconds, e->breakdown.seconds) << what;
-    EXPECT_EQ(alone.breakdown.hidden, e->breakdown.hidden) << what;
-    EXPECT_EQ(alone.breakdown.rank, e->breakdown.rank) << what;
+    testing::expect_estimated_alike(estimate_plan(path, {}, e->choice, profile, options), *e);
     if (e->valid && e->choice.ep > 1) {
       eps.insert(e->choice.ep);
-      EXPECT_GT(e->ep_imbalance, 1.0) << what;  // the workload's expected figure, from the table
+      EXPECT_GT(e->ep_imbalance, 1.0) << testing::candidate_name(e->choice);  // the workload's figure, from the table
     }
     ++compared;
   }
   EXPECT_EQ(eps, (std::set<int>{2, 4, 8}));
   EXPECT_GT(compared, 300);
-  std::filesystem::remove(path);
 }
 
 // Under a cap the search prices only the plans that fit: a plan over it carries what cleave plan reads of it (valid,
 // the reason, the peak, its rank and categories), equal to the plan estimated alone, and no time; a plan that fits
 // is priced as alone.
-TEST(SearchCache, APlanOverTheCapIsKnownByItsMemoryAndNotPriced) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("cleave_search_cache_cap_" + std::to_string(::getpid()) + ".json"))
-          .string();
-  std::ofstream(path) << kMoe;
+TEST_F(SearchCache, APlanOverTheCapIsKnownByItsMemoryAndNotPriced) {
+  const std::string path = write("search_cache_cap.json", kMoe);
   SearchOptions options;
   options.world = 4;
   const HardwareProfile profile = links();
@@ -169,7 +144,6 @@ TEST(SearchCache, APlanOverTheCapIsKnownByItsMemoryAndNotPriced) {
   }
   EXPECT_GT(over, 10);
   EXPECT_GT(fit, 10);
-  std::filesystem::remove(path);
 }
 
 }  // namespace

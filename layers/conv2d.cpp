@@ -1,4 +1,6 @@
-// Conv2d layer over the op seam.
+// Conv2d (conv2d.hpp) over the op seam: parameters initialised from the fan-in C·k·k, the input checked against
+// the channels and the padded kernel before any work. The stash holds {x} after forward, {x, dy} after
+// backward_input, and is cleared by backward_weight, which consumes both.
 #include "layers/conv2d.hpp"
 
 #include "layers/layer_util.hpp"

@@ -1,4 +1,5 @@
-// Flatten layer: reshapes views only.
+// Flatten (flatten.hpp): forward and backward are views of the input and of dy, never copies; the per-sample shape
+// fixed at construction restores dy's shape, so nothing is stashed (the stash is cleared both ways).
 #include "layers/flatten.hpp"
 
 #include <vector>

@@ -1,4 +1,6 @@
-// MaxPool layer over the op seam.
+// MaxPool (maxpool.hpp) over the op seam: the input checked against the construction's height and width before any
+// work; the stash holds only the forward's argmax (i32, one per output), which backward_input routes dy through and
+// then clears.
 #include "layers/maxpool.hpp"
 
 #include "kernels/ops/ops.hpp"

@@ -3,7 +3,8 @@
 // the memory bandwidth an optimizer step streams at, ranks per node (tensor parallelism stays inside a
 // node) and device memory. Loaded from a JSON profile file (profiles/*.json ship published hardware, with
 // their sources in the file) or measured on this machine (engine/planner/hardware_profile.hpp:
-// calibrate_this_machine). This file holds the format: the struct, its one reader and its writer.
+// calibrate_this_machine). This file holds the format: the struct, its one reader and its writer
+// (hardware_profile.cpp); the prices it puts on work are hardware_profile_prices.cpp's.
 // A profile written by `cleave profile` also carries MeasuredCosts (partition/measured_costs.hpp): per-block times by
 // tp width and micro-batch, and alpha-beta fits of P2P and collectives, which the planner then uses instead
 // of FLOPs over a rate and the link formulas.

@@ -1,4 +1,6 @@
-// DType tables.
+// DType (dtype.hpp): each element type's size in bytes and its name ("f32", "bf16", ...), and the name read back.
+// One switch per table, over every enumerator (the compiler warns on a missing case); parse_dtype accepts exactly the
+// names dtype_name gives, and refuses any other naming the ones it takes.
 #include "engine/core/dtype.hpp"
 
 #include "engine/core/error.hpp"

@@ -1,4 +1,6 @@
-// Shape helpers.
+// Shape (shape.hpp): construction, element count, one extent replaced, the printed form "[2,3]", equality.
+// Invariant: a Shape has at most kMaxDims extents, each >= 0 (checked at construction); extents past rank() are
+// never read.
 #include "engine/core/shape.hpp"
 
 #include <fmt/format.h>

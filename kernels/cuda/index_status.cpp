@@ -1,4 +1,5 @@
-// Index status word helpers (index_status.hpp).
+// The index status word's host side (index_status.hpp): reset to kNoBadIndex on the stream, and read back at a
+// point that synchronises anyway (one copy and one stream wait), unpacked into the bad position and its value.
 #include "kernels/cuda/index_status.hpp"
 
 #include "engine/cuda/cuda_check.hpp"

@@ -15,6 +15,7 @@
 #include "layers/moe/expert_dispatch.hpp"
 #include "layers/moe/forced_routing.hpp"
 #include "layers/moe/router_log.hpp"
+#include "layers/moe/routing_host.hpp"
 #include "layers/parallel/shard.hpp"
 #include "layers/parallel/sharded_param.hpp"
 #include "layers/parallel/tp_util.hpp"
@@ -43,81 +44,12 @@ std::int64_t rows_of_blocks(const Blocks& blocks) {
   return n;
 }
 
-// A tensor on ctx.device holding `values` (f32 host data).
-Tensor upload(const Context& ctx, std::span<const float> values, const Shape& shape) {
-  Tensor host = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
-  if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(float));
-  return ops::to_device(ctx, host, MemoryCategory::kActivations);
-}
-
-// The f32 values of the host tensor `t`: its own bytes when it is f32, else (a bf16 bias) converted into `buffer`,
-// whose capacity is kept from call to call. The same values Tensor::to_floats gives.
-std::span<const float> host_floats(const Tensor& t, std::vector<float>& buffer) {
-  if (t.dtype() == DType::kF32) return t.span<float>();
-  CLEAVE_ASSERT(t.dtype() == DType::kBF16 && t.device().is_cpu(), "host_floats of a {} tensor on {}",
-                dtype_name(t.dtype()), t.device().str());
-  buffer.resize(static_cast<std::size_t>(t.numel()));
-  const auto* p = static_cast<const std::uint16_t*>(t.raw_data());
-  for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = bf16_to_float(p[i]);
-  return buffer;
-}
-
-// The forward's routing tensors on ctx.device, each copied from a host staging tensor of ctx.staging_allocator()
-// (page-locked on a GPU) without a host wait: the staging goes to `staging`, which the forward keeps in its stash
-// until the backward has waited for the stream (its read-back of the weights' gradient), so no copy reads a
-// staging block after it has been handed to a new owner. On the CPU the copy has finished on return and
-// `staging` stays empty, unless the context has a staging allocator of its own (a test's counting allocator:
-// then the CPU keeps it as a GPU does, so the memory plan's host_pinned figure can be checked on the CPU).
-template <typename T>
-Tensor upload_async(const Context& ctx, const std::vector<T>& values, const Shape& shape, DType dtype,
-                    Tensor& staging) {
-  Tensor host = Tensor::empty(shape, dtype, MemoryCategory::kActivations, ctx.staging_allocator());
-  if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(T));
-  Tensor device = Tensor::empty(shape, dtype, MemoryCategory::kActivations, *ctx.allocator);
-  ops::transfer(ctx, host, device);
-  if (!ctx.device.is_cpu() || ctx.upload_staging != nullptr) staging = std::move(host);
-  return device;
-}
-
-// The routing's index and weight tensors on ctx.device (upload_async), with the four host staging tensors they were
-// copied from (empty slots where none is kept). A forward no backward follows (recomputation's first,
-// evaluation's) keeps no stash to hold the staging in: one wait here for the four copies instead (counted on the
-// CPU too, which counts what a GPU waits).
-struct RoutingTensors {
-  Tensor row_token, token_row, weight, row_weight;
-  std::array<Tensor, 4> staging;
-};
-RoutingTensors upload_routing(const Context& ctx, const Routing& routing, bool backward_follows) {
-  const std::int64_t n = routing.tokens, k = routing.top_k, r = n * k;
-  RoutingTensors t;
-  t.row_token = upload_async(ctx, routing.row_token, Shape{r}, DType::kI32, t.staging[0]);
-  t.token_row = upload_async(ctx, routing.token_row, Shape{n, k}, DType::kI32, t.staging[1]);
-  t.weight = upload_async(ctx, routing.weight, Shape{n, k}, DType::kF32, t.staging[2]);
-  t.row_weight = upload_async(ctx, routing.row_weight, Shape{r}, DType::kF32, t.staging[3]);
-  if (!backward_follows) {  // empty slots after the wait, as on the CPU without a staging allocator
-    ops::synchronize(ctx);
-    t.staging = {};
-  }
-  return t;
-}
-
 // What the backward routes from: the forward's host copies of the logits and the bias, kept in the stash on a GPU
 // (host memory, so the backward reads nothing back for its routing); on the CPU the stash's logits and the bias
 // are host memory already, read in place (the same bytes, so the same routing).
 struct HostRouting {
   Tensor logits, bias;
 };
-
-// The routing counts [E] kept for backward_weight's groups: a host f32 tensor on every device (as the dispatch plan
-// is a host tensor), so reading them back costs no transfer and no host wait on a GPU. f32 holds every count below
-// 2^24 exactly (a micro-batch's routed rows), and is the E·4 bytes the cost model counts (partition/families/
-// moe_block.cpp).
-Tensor counts_to_tensor(const std::vector<std::int64_t>& counts) {
-  Tensor t = Tensor::empty(Shape{static_cast<std::int64_t>(counts.size())}, DType::kF32, MemoryCategory::kActivations,
-                           cpu_allocator());
-  for (std::size_t i = 0; i < counts.size(); ++i) t.data<float>()[i] = static_cast<float>(counts[i]);
-  return t;
-}
 
 // model.forced_routing (test/benchmark only): the workload's experts [tokens · k] for this micro-batch's `tokens`
 // (`local_tokens` per sample) at this step. The workload is a function of a token's index in the whole micro-batch
@@ -369,7 +301,7 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const Tensor dweight_host = ops::to_host(ctx, dweight);  // f32
   const std::span<const float> dlogits_host =
       router_backward_into(host_.router, routing, dweight_host.span<float>(), ctx.loss_scale, router_, mine);
-  Tensor dlogits_f32 = upload(ctx, dlogits_host, Shape{n, e});
+  Tensor dlogits_f32 = upload_floats(ctx, dlogits_host, Shape{n, e});
   Tensor dlogits = new_activation(ctx, Shape{n, e});
   ops::copy(ctx, dlogits_f32, dlogits);
   if (sp || tp_rank_ == 0) {

@@ -142,6 +142,42 @@ void print_summary(const planner::HardwareProfile& profile, const planner::Hardw
               checks.checked, checks.worst, result.timings.size(), result.skipped, out_path.c_str(), result.seconds);
 }
 
+// What measure_on timed, with the options it timed them under (the profile's source cites them).
+struct GemmMeasurement {
+  planner::GemmTimingOptions options;
+  planner::GemmProfileResult result;
+  double copy_Bps = 0;  // a device-to-device copy's read + write bytes per second
+};
+
+// The training GEMMs (--small: the few of a quick check) timed on `device` within --budget, and a copy's bandwidth,
+// on a stream, allocator and resources of its own that live for the measurement only; `progress` is told each GEMM.
+GemmMeasurement measure_on(const Device& device, const Args& args, ProgressLine& progress) {
+  ops::make_device_current(device);  // the stream below must belong to the current device
+  auto stream = ops::make_device_stream(device);
+  auto allocator = ops::make_device_allocator(device, stream->stream());
+  auto resources = ops::make_device_resources(device);
+  ops::Context ctx;
+  ctx.device = device;
+  ctx.stream = &stream->stream();
+  ctx.allocator = allocator.get();
+  ctx.resources = resources.get();
+
+  GemmMeasurement out;
+  planner::GemmTimingOptions& options = out.options;
+  options.samples = static_cast<int>(args.count("--samples"));
+  options.budget_s = args.number("--budget");
+  options.seed = static_cast<std::uint64_t>(std::time(nullptr));
+  const std::vector<planner::TrainingGemm> gemms = planner::training_gemms(args.on("--small"));
+  options.progress = [&progress](int done, int total, const std::string& what) {
+    progress.update(done, total, "gemm", what);
+  };
+  out.result = planner::measure_gemms(ctx, gemms, {DType::kBF16, DType::kF32}, options);
+  // 1 GiB on a GPU (far beyond its L2), 64 MiB on the CPU (a check of the command).
+  out.copy_Bps = planner::measure_copy_bandwidth(ctx, device.is_cuda() ? (1LL << 30) : (64LL << 20), 5);
+  ops::synchronize(ctx);
+  return out;
+}
+
 }  // namespace
 
 int run_profile_gemm(int argc, char** argv) {
@@ -167,30 +203,11 @@ int run_profile_gemm(int argc, char** argv) {
               base.peak_flops_bf16 / 1e12, base.peak_flops_f32 / 1e12);
   std::fflush(stdout);
 
-  ops::make_device_current(device);  // the stream below must belong to the current device
-  auto stream = ops::make_device_stream(device);
-  auto allocator = ops::make_device_allocator(device, stream->stream());
-  auto resources = ops::make_device_resources(device);
-  ops::Context ctx;
-  ctx.device = device;
-  ctx.stream = &stream->stream();
-  ctx.allocator = allocator.get();
-  ctx.resources = resources.get();
-
-  planner::GemmTimingOptions options;
-  options.samples = static_cast<int>(args.count("--samples"));
-  options.budget_s = args.number("--budget");
-  options.seed = static_cast<std::uint64_t>(std::time(nullptr));
-  const std::vector<planner::TrainingGemm> gemms = planner::training_gemms(args.on("--small"));
   ProgressLine progress("profile --gemm");  // stderr: redrawn on a terminal, a line per 10 s into a log
-  options.progress = [&progress](int done, int total, const std::string& what) {
-    progress.update(done, total, "gemm", what);
-  };
-  const planner::GemmProfileResult result =
-      planner::measure_gemms(ctx, gemms, {DType::kBF16, DType::kF32}, options);
-  // 1 GiB on a GPU (far beyond its L2), 64 MiB on the CPU (a check of the command).
-  const double copy_Bps = planner::measure_copy_bandwidth(ctx, device.is_cuda() ? (1LL << 30) : (64LL << 20), 5);
-  ops::synchronize(ctx);
+  const GemmMeasurement measured = measure_on(device, args, progress);
+  const planner::GemmProfileResult& result = measured.result;
+  const planner::GemmTimingOptions& options = measured.options;
+  const double copy_Bps = measured.copy_Bps;
 
   const CheckedElements checks = print_timings(result, base);
   const double worst = checks.worst;

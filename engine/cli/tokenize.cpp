@@ -313,6 +313,32 @@ void write_split(const std::filesystem::path& dir, std::span<const std::int32_t>
   }
 }
 
+// The --tokenizer file read; any error reading it is bad input (exit 64), raised before anything is written.
+tokenizer::Tokenizer read_tokenizer_input(const std::string& path) {
+  try {
+    return tokenizer::read_tokenizer_json(path);
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error& e) {
+    throw InputError(e.what());
+  }
+}
+
+// The id of --eot `eot` (none when it is empty): one of the tokenizer's added tokens, else bad input whose fix names
+// the first few of them (Llama 3 has 256).
+std::optional<std::int32_t> eot_token_id(const tokenizer::Tokenizer& tok, const std::string& eot) {
+  if (eot.empty()) return std::nullopt;
+  const std::optional<std::int32_t> id = tok.added_token_id(eot);
+  if (id) return id;
+  std::string names;
+  const auto& added = tok.added_tokens();
+  for (std::size_t i = 0; i < added.size() && i < 8; ++i) names += fmt::format("{}'{}'", i ? ", " : "", added[i].content);
+  if (added.size() > 8) names += fmt::format(", ... ({} in all)", added.size());
+  throw InputError(fmt::format("tokenize: --eot '{}' is not an added token of {}; {}", eot, tok.source(),
+                               added.empty() ? std::string("it has none (drop --eot)")
+                                             : "give one of its added tokens: " + names));
+}
+
 }  // namespace
 
 int run_tokenize(int argc, char** argv) {
@@ -325,33 +351,12 @@ int run_tokenize(int argc, char** argv) {
   const std::filesystem::path dir(o.out_dir);
   const std::string manifest_path = (dir / "manifest.json").string();
 
-  tokenizer::Tokenizer tok = [&] {
-    try {
-      return tokenizer::read_tokenizer_json(o.tokenizer_path);
-    } catch (const InputError&) {
-      throw;
-    } catch (const Error& e) {
-      throw InputError(e.what());  // the --tokenizer file: bad input (exit 64), before anything is written
-    }
-  }();
+  tokenizer::Tokenizer tok = read_tokenizer_input(o.tokenizer_path);
   const int bits = o.bits.value_or(tok.vocab_size() > 65536 ? 32 : 16);
   CLEAVE_CHECK_INPUT(bits == 32 || tok.vocab_size() <= 65536,
                "tokenize: {} has a vocabulary of {} tokens; 16-bit shards hold ids up to 65,535 (use --bits 32 or "
                "--bits auto)", tok.source(), tok.vocab_size());
-  std::optional<std::int32_t> eot_id;
-  if (!o.eot.empty()) {
-    eot_id = tok.added_token_id(o.eot);
-    if (!eot_id) {
-      // The fix is one of the file's own added tokens: the first few are named (Llama 3 has 256 of them).
-      std::string names;
-      const auto& added = tok.added_tokens();
-      for (std::size_t i = 0; i < added.size() && i < 8; ++i) names += fmt::format("{}'{}'", i ? ", " : "", added[i].content);
-      if (added.size() > 8) names += fmt::format(", ... ({} in all)", added.size());
-      throw InputError(fmt::format("tokenize: --eot '{}' is not an added token of {}; {}", o.eot, tok.source(),
-                                   added.empty() ? std::string("it has none (drop --eot)")
-                                                 : "give one of its added tokens: " + names));
-    }
-  }
+  const std::optional<std::int32_t> eot_id = eot_token_id(tok, o.eot);
   tokenizer::DocumentTemplate doc;
   if (o.bos_eos) doc = tokenizer::read_document_template(tok, o.tokenizer_path);
   else doc.source = "--bos-eos none: nothing before or after each document";

@@ -2,9 +2,7 @@
 #include "layers/moe/moe_mlp.hpp"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
-#include <cstring>
 #include <span>
 
 #include "kernels/ops/ops.hpp"

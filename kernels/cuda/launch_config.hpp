@@ -116,6 +116,10 @@ constexpr bool flash_grid_fits(int64_t len, int64_t per_block, int64_t heads, in
          (len + per_block - 1) / per_block <= (int64_t{1} << 31) - 1;
 }
 
+// The NCCL backend's rank-ordered reduction (engine/comm/nccl/ordered_reduce.cu, deterministic mode): a grid-stride
+// loop over the `count` elements of this rank's block, one thread per element at a time.
+inline LaunchConfig ordered_reduce(int64_t count) { return grid_stride(count); }
+
 // Mixture-of-experts routing weights' gradient (moe.cu): one warp per kMoeOutputsPerWarp outputs, grid-stride
 // over those warp tiles; each warp keeps one [32 x 33] f32 tile in static shared memory (4,224 B, 33,792 B a block).
 inline LaunchConfig moe_weight_grad_tiles(int64_t outputs) {
@@ -126,7 +130,8 @@ inline LaunchConfig moe_weight_grad_tiles(int64_t outputs) {
 // ---- Every kernel's launch for one problem (the catalogue the CPU test and the resource check read) ---------
 // The sizes a launcher sees; a launcher returns before launching on empty sizes, so each field is >= 1 here.
 struct Problem {
-  int64_t n = 1;       // elements of an element-wise op (adamw, sgd, casts, gelu, relu, swiglu, rope pairs, maxpool)
+  int64_t n = 1;       // elements of an element-wise op (adamw, sgd, casts, gelu, relu, swiglu, rope pairs, maxpool;
+                       // the ordered reduction's elements of one rank's block)
   int64_t rows = 1;    // rows of a row op (softmax: batch x heads x seq; norms, bias, cross-entropy: tokens)
   int64_t cols = 1;    // their columns (softmax: seq; norms, bias: features; cross-entropy: vocabulary shard)
   int64_t tokens = 1;  // embedding: batch x seq ids
@@ -137,9 +142,10 @@ struct Problem {
   int64_t top_k = 1;   // mixture of experts: experts per token (routed rows = tokens x top_k)
 };
 
-// Each __global__ function of kernels/cuda/*.cu, by name, with the config its launcher gives it for `p` (one
-// entry per kernel; the templated ones launch with the same config for every type). A kernel missing here is
-// caught by the resource check (tests/gpu/static), which looks every compiled kernel up by name.
+// Each __global__ function of kernels/cuda/*.cu and engine/comm/nccl/ordered_reduce.cu, by name, with the config
+// its launcher gives it for `p` (one entry per kernel; the templated ones launch with the same config for every
+// type). A kernel missing here is caught by the resource check (tests/gpu/static), which looks every compiled kernel
+// up by name.
 inline std::vector<KernelLaunch> kernel_launches(const Problem& p) {
   const LaunchConfig elementwise = grid_stride(p.n);
   const LaunchConfig block_rows = block_per_row(p.rows, kThreads);
@@ -187,6 +193,7 @@ inline std::vector<KernelLaunch> kernel_launches(const Problem& p) {
       {"layernorm_weight_final_kernel", grid_stride(p.cols)},
       {"maxpool_forward_kernel", elementwise},                      // maxpool.cu
       {"maxpool_backward_kernel", elementwise},
+      {"ordered_reduce_kernel", ordered_reduce(p.n)},              // engine/comm/nccl/ordered_reduce.cu
       {"moe_gather_kernel", grid_stride(p.tokens * p.top_k * p.dim)},  // moe.cu: routed rows x width
       {"moe_combine_kernel", grid_stride(p.tokens * p.dim)},
       {"moe_combine_weight_grad_kernel", moe_weight_grad_tiles(p.tokens * p.top_k)},

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include "engine/comm/nccl/ordered_reduce.hpp"
+#include "kernels/cuda/launch_config.hpp"
 
 namespace cleave::comm {
 namespace {
@@ -58,11 +59,10 @@ __global__ void ordered_reduce_kernel(const T* staged, int slots, std::int64_t s
 template <typename T>
 cudaError_t launch(const void* staged, int slots, std::int64_t stride, void* out, std::int64_t count, bool is_max,
                    cudaStream_t stream) {
-  constexpr int kThreads = 256;
-  const std::int64_t blocks = (count + kThreads - 1) / kThreads;
-  const int grid = static_cast<int>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
-  ordered_reduce_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(staged), slots, stride,
-                                                          static_cast<T*>(out), count, is_max);
+  // The geometry the CPU test and the resource check read (kernels/cuda/launch_config.hpp's catalogue).
+  const kernels::cuda::LaunchConfig c = kernels::cuda::launch::ordered_reduce(count);
+  ordered_reduce_kernel<T><<<static_cast<unsigned int>(c.grid.x), static_cast<unsigned int>(c.block.x), 0, stream>>>(
+      static_cast<const T*>(staged), slots, stride, static_cast<T*>(out), count, is_max);
   return cudaGetLastError();
 }
 

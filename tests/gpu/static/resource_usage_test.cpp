@@ -49,11 +49,6 @@ constexpr LocalMemoryAllowance kLocalMemoryAllowed[] = {
      "square's exponent at run time) for the order-independent gradient norm, once per step"},
 };
 
-// Kernels outside kernels/cuda (so outside launch_config.hpp's catalogue) and their block threads.
-constexpr std::pair<const char*, int64_t> kOtherKernels[] = {
-    {"ordered_reduce_kernel", 256},  // engine/comm/nccl/ordered_reduce.cu, kThreads
-};
-
 struct KernelReport {
   std::string mangled;
   int arch = 0;  // 80 for sm_80
@@ -179,12 +174,6 @@ std::string kernel_name(const std::string& mangled, int64_t& threads) {
       return k.kernel;
     }
   }
-  for (const auto& [name, block] : kOtherKernels) {
-    if (mangled.find(std::to_string(std::strlen(name)) + name) != std::string::npos) {
-      threads = block;
-      return name;
-    }
-  }
   return "";
 }
 
@@ -214,7 +203,7 @@ TEST(CudaResources, EveryKernelHasNoSpillNoLocalMemoryAndFitsItsLaunch) {
       const std::string name = kernel_name(k.mangled, threads);
       const std::string what = (name.empty() ? k.mangled : name) + " (sm_" + std::to_string(k.arch) + ")";
       EXPECT_FALSE(name.empty()) << k.mangled << " is in no catalogue: add it to kernel_launches in "
-                                 << "kernels/cuda/launch_config.hpp (or, outside kernels/cuda, to kOtherKernels here)";
+                                 << "kernels/cuda/launch_config.hpp";
       EXPECT_GE(k.registers, 0) << what << ": no \"Used N registers\" line in " << report;
       EXPECT_EQ(k.spill_stores + k.spill_loads, 0) << what << " spills registers: " << k.spill_stores
                                                    << " bytes of stores, " << k.spill_loads << " of loads";

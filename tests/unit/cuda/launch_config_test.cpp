@@ -7,9 +7,9 @@
 // do not stride cover their work (column tiles cover every column, one partial per row chunk; attention's blocks
 // every row, key, head and sample), the MoE weight gradient's tiles, and the workspaces the launchers' callers
 // allocate hold what those grids write (bias, layernorm, rmsnorm, sum of squares). And empty problems (an expert
-// parallel rank that receives no tokens, an empty chunk) launch nothing: a grid computed from a zero size is illegal
-// (or a kernel over null pointers), and without a GPU any launch returns an error, so cudaSuccess here means the
-// launcher returned before CUDA.
+// parallel rank that receives no tokens, an empty chunk, a rank's empty block of a deterministic NCCL reduction)
+// launch nothing: a grid computed from a zero size is illegal (or a kernel over null pointers), and without a GPU
+// any launch returns an error, so cudaSuccess here means the launcher returned before CUDA.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/comm/nccl/ordered_reduce.hpp"
 #include "engine/core/error.hpp"
 #include "kernels/cuda/bias.hpp"
 #include "kernels/cuda/elementwise.hpp"
@@ -121,8 +122,8 @@ TEST(CudaLaunchConfig, TheCatalogueNamesEachKernelOnce) {
     EXPECT_TRUE(names.insert(k.kernel).second) << k.kernel << " twice";
     EXPECT_EQ(k.kernel.size() > 7 && k.kernel.substr(k.kernel.size() - 7) == "_kernel", true) << k.kernel;
   }
-  EXPECT_EQ(names.size(), 62u);  // + sum_squares_exact_kernel, add_rmsnorm_{forward,backward_input}_kernel,
-                                 // strided_copy_kernel
+  EXPECT_EQ(names.size(), 63u);  // + sum_squares_exact_kernel, add_rmsnorm_{forward,backward_input}_kernel,
+                                 // strided_copy_kernel, ordered_reduce_kernel (engine/comm/nccl)
 }
 
 // The attention kernels do not stride: each block owns 8 query rows (forward, dQ) or 16 keys (dK/dV) of one head
@@ -313,6 +314,13 @@ TEST(CudaLaunchConfig, EmptyProblemsLaunchNothing) {
                                       4, 64, nullptr));
   EXPECT_NO_THROW(kc::attention_merge(kc::FloatType::kBF16, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0,
                                       16, 4, 64, nullptr));
+
+  // The NCCL backend's deterministic reduction over this rank's empty block (a bucket of fewer elements than
+  // ranks): nccl_collectives.cpp calls it whatever the block's length.
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    EXPECT_EQ(comm::ordered_reduce_on_device(dtype, false, nullptr, 4, 0, nullptr, 0, nullptr), cudaSuccess)
+        << dtype_name(dtype);
+  }
 
   for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{0, 768}, std::pair<int64_t, int64_t>{4096, 0}}) {
     SCOPED_TRACE("column reduction [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");

@@ -271,6 +271,11 @@ json measured_to_json(const MeasuredCosts& c) {
   }
   if (c.stream_stretch > 0) out["stream_stretch"] = file_number(c.stream_stretch);
   if (c.sync_wait_per_meeting_s > 0) out["sync_wait_per_meeting_us"] = file_number(c.sync_wait_per_meeting_s * 1e6);
+  if (!c.ep_exchange.empty()) {
+    json fits = json::array();
+    for (const auto& f : c.ep_exchange) fits.push_back(fit_to_json(f));
+    out["ep_exchange"] = fits;
+  }
   if (c.count_exchange_s > 0) {
     out["count_exchange"] = {{"ranks", c.count_exchange_ranks}, {"latency_us", file_number(c.count_exchange_s * 1e6)}};
   }
@@ -444,6 +449,13 @@ MeasuredCosts measured_from_json(const json& node, const std::string& file) {
     c.sync_wait_per_meeting_s = number(node, "sync_wait_per_meeting_us", where, true) * 1e-6;
   }
   if (node.contains("time_sharing")) read_time_sharing(node.at("time_sharing"), where + ".time_sharing", c);
+  if (node.contains("ep_exchange")) {  // absent from profiles before 2026-12-01 (m) and for models without experts
+    const json& fits = node.at("ep_exchange");
+    CLEAVE_CHECK(fits.is_array(), "{}: 'ep_exchange' must be an array of fits", where);
+    for (std::size_t i = 0; i < fits.size(); ++i) {
+      c.ep_exchange.push_back(fit_from_json(fits[i], fmt::format("{}.ep_exchange[{}]", where, i)));
+    }
+  }
   if (node.contains("count_exchange")) read_count_exchange(node.at("count_exchange"), where + ".count_exchange", c);
   if (node.contains("expert_rows")) {  // absent from profiles written before it was timed: the FLOP share prices
     CLEAVE_CHECK(node.at("expert_rows").is_array(), "{}: 'expert_rows' must be an array", where);

@@ -127,6 +127,21 @@ struct MeasuredCosts {
   // 0 = not measured. Key "count_exchange": {"ranks", "latency_us"}.
   double count_exchange_s = 0;
   int count_exchange_ranks = 0;
+  // The expert dispatch's row exchange itself (comm all_to_all_v, as layers/moe/expert_dispatch.cpp calls it: every
+  // rank's rows split evenly over the group, its own share included, every rank sending and receiving at once) on
+  // groups of 2, 4, ... consecutive ranks and the whole world, all groups at once, as the trainer calls it after a
+  // pass's compute, at the model's own sizes (planner::measure_ep_exchange: each rank's routed rows of a
+  // micro-batch, half and twice them), fitted per group size as latency + bytes per rank / bandwidth: what the
+  // reduce-scatter's and ping-pong's fits leave out of the trainer's exchange. Empty: not measured (a model without
+  // routed experts, one rank, a profile written before 2026-12-01 (m)). Key "ep_exchange": [{"ranks",
+  // "latency_us", "bandwidth_GBps"}, ...].
+  std::vector<AlphaBeta> ep_exchange;
+  const AlphaBeta* ep_exchange_of(int ranks) const {
+    for (const AlphaBeta& f : ep_exchange) {
+      if (f.ranks == ranks) return &f;
+    }
+    return nullptr;
+  }
   // What sharing a core costs (planner::measure_time_sharing): two of the profile's ranks pinned to one core, each
   // rank's GEMM stream there over the same on its own core (`compute_ratio`, `ranks_per_core` ideally), and a
   // ping-pong between them, one message's handoff with the waiter yielding between polls as ranks that outnumber the

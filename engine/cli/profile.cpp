@@ -38,6 +38,7 @@
 #include "engine/planner/expert_rows_measure.hpp"
 #include "engine/planner/host_routing_measure.hpp"
 #include "engine/planner/profile_measure.hpp"
+#include "engine/planner/ep_exchange_measure.hpp"
 #include "engine/planner/sync_wait.hpp"
 #include "engine/planner/time_sharing.hpp"
 #include "kernels/ops/ops.hpp"
@@ -297,6 +298,10 @@ void print_profile(const planner::HardwareProfile& profile, bool cold_caches) {
     std::printf("count exchange (all-to-all of int64 counts) over %d ranks: %.1f us back to back\n",
                 profile.measured.count_exchange_ranks, profile.measured.count_exchange_s * 1e6);
   }
+  for (const auto& x : profile.measured.ep_exchange) {
+    std::printf("expert dispatch's row exchange (all_to_all_v) over %d ranks: %.1f us + bytes a rank at %.3f GB/s\n",
+                x.ranks, x.latency_s * 1e6, x.bandwidth_Bps / 1e9);
+  }
   for (const auto& b : profile.measured.blocks) {
     if (b.routed_rows.empty()) continue;
     std::string rows;
@@ -361,6 +366,14 @@ planner::HardwareProfile measure_profile(const partition::ModelSpec& spec, const
     profile.measured.sync_wait_per_meeting_s = meet.wait_per_meeting;
     profile.measured.count_exchange_s = meet.exchange_s;
     profile.measured.count_exchange_ranks = comm.size();
+    const auto sizes = planner::ep_exchange_sizes(spec, request.micro_batches,
+                                                  request.precision == ops::Precision::kBf16 ? 2 : 4);
+    if (!sizes.empty()) {  // nothing without routed experts
+      progress.line(fmt::format("the expert dispatch's row exchange at {} to {} B a rank, {}",
+                                static_cast<long long>(sizes.front().bytes()),
+                                static_cast<long long>(sizes.back().bytes()), format_seconds(progress.elapsed_s())));
+      profile.measured.ep_exchange = planner::measure_ep_exchange(comm, sizes, cmd.rounds, cmd.cold_caches);
+    }
     if (!machine.oversubscribed) {  // already sharing cores, the pinned pair would measure three ranks on one
       progress.line(fmt::format("two ranks on one core: compute and handoffs, {}", format_seconds(progress.elapsed_s())));
       ops::configure_cpu_threads(1);  // pinning moves the calling thread only

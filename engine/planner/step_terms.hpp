@@ -233,7 +233,9 @@ BlockCollectives context_parallel_exchange(const TermContext& c, int block, cons
 BlockCollectives expert_all_to_all(const TermContext& c, int block);
 // One all-to-all whose busiest rank receives `busiest_bytes` (its own rows included) over ep ranks, as the engine
 // runs it (every message of the exchange posted at once, mpi_collectives.cpp): inside a node on a profile with a
-// measured point-to-point fit, ep - 1 messages at its latency α, (ep - 1) α + busiest_bytes / β_rs, the bytes at the
+// measured point-to-point fit: where the profile timed the exchange itself over ep ranks at the model's sizes
+// (MeasuredCosts::ep_exchange, measure_ep_exchange), its fit, α_x + busiest_bytes / β_x; else ep - 1 messages at the
+// point-to-point latency α, (ep - 1) α + busiest_bytes / β_rs, the bytes at the
 // slope β_rs of the profile's reduce-scatter fit over ep ranks (every rank sending and receiving at once, which a
 // ping-pong does not measure; without that fit the ping-pong's, (ep - 1)(α + busiest_bytes / ep / β)); the collective
 // fits' intercepts, fitted from 4 KiB up, are no measure of the few-KiB messages of a moe block (count_exchange's

@@ -31,6 +31,9 @@ bool on_point_to_point_fit(const TermContext& c) {
 double ep_all_to_all_s(const TermContext& c, double busiest_bytes, int ep) {
   if (!on_point_to_point_fit(c)) return c.collective_s(Collective::kReduceScatter, busiest_bytes, ep, *c.ep_link);
   const partition::MeasuredCosts& m = c.profile->measured;
+  // The exchange itself, timed by the profile at the model's sizes over ep ranks (measure_ep_exchange): its latency
+  // and slope hold what the fits below leave out (RESULTS-2026-12-01-m-ep-pricing).
+  if (const partition::AlphaBeta* x = m.ep_exchange_of(ep)) return x->seconds(busiest_bytes);
   // A ping-pong moves one direction at a time; in the exchange every rank sends and receives at once (on Open MPI's
   // copy-in/copy-out shared memory each rank's core copies both ways), which the reduce-scatter over the same group
   // measured: each rank's buffer of X bytes, (ep - 1) / ep of it sent and as much received, all at once. Its slope

@@ -44,6 +44,7 @@ assert m["p2p"]["bandwidth_GBps"] > 0
 assert m["sync_wait_per_compute"] >= 0 and m["compute_stretch"] >= 0, m  # the waits at meetings, measured
 assert m.get("sync_wait_per_meeting_us", 0) >= 0, m  # absent when the fit put nothing per meeting
 assert m["count_exchange"]["ranks"] == 2 and m["count_exchange"]["latency_us"] > 0, m  # the exchange itself
+assert "ep_exchange" not in m, m  # the expert dispatch's row exchange: timed for models with routed experts only
 print(f"ok   profile: {len(m['blocks'])} block measurements, p2p {m['p2p']['latency_us']:.1f} us + "
       f"{m['p2p']['bandwidth_GBps']:.2f} GB/s")
 PY

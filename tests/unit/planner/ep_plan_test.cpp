@@ -328,6 +328,38 @@ TEST_F(EpPlanSearch, PricesEachAllToAllAsOneMessagePerPeerOnTheMeasuredFit) {
   EXPECT_NEAR(e.ep_all_to_all_s, 4 * 3 * (1.5e-5 + bytes / 4 / 6e9), 1e-15);
 }
 
+// Where the profile timed the exchange itself over ep ranks at the model's sizes (MeasuredCosts::ep_exchange,
+// measure_ep_exchange), one all-to-all is that fit at the busiest rank's bytes, alpha_x + bytes / beta_x, by hand,
+// in place of the point-to-point latency and the reduce-scatter slope; no meeting is added (the back-to-back call
+// holds the peer's wake-up, as the ping-pong's latency did). At an ep the profile has no fit for, the rule before.
+TEST_F(EpPlanSearch, PricesEachAllToAllFromTheProfilesTimedExchange) {
+  const std::string config = write("moe.json", kMoe);
+  HardwareProfile fitted = profile(1e-5, 1e8);
+  fitted.measured.p2p = partition::AlphaBeta{2, 1.5e-5, 6e9};
+  fitted.measured.fits(partition::Collective::kReduceScatter).push_back(partition::AlphaBeta{2, 1e-7, 5e9});
+  fitted.measured.fits(partition::Collective::kReduceScatter).push_back(partition::AlphaBeta{4, 1e-7, 2e9});
+  HardwareProfile timed = fitted;
+  timed.measured.ep_exchange = {partition::AlphaBeta{2, 8e-5, 1.25e9}};
+  SearchOptions options{4, 0};
+  options.ep_imbalance = 1.5;
+  PlanChoice c = choice_of_config(config, {}, 4);
+  c.ep = 2;
+  const double bytes = 1.5 * 16 * 2 * 32 * 4;  // 6144: 1.5 x (micro 1 x T 16 x k 2) rows of D 32 f32
+  const PlanEstimate before = estimate_plan(config, {}, c, fitted, options);
+  const PlanEstimate e = estimate_plan(config, {}, c, timed, options);
+  ASSERT_TRUE(e.valid && before.valid) << e.reason << before.reason;
+  EXPECT_NEAR(e.ep_all_to_all_s, 4 * (8e-5 + bytes / 1.25e9), 1e-15);  // 4 x 84.9152 us = 339.6608 us
+  EXPECT_NEAR(e.ep_all_to_all_s, 339.6608e-6, 1e-12);
+  EXPECT_NEAR(e.ep_exchange.all_to_all_s, 339.6608e-6, 1e-12);
+  EXPECT_EQ(e.ep_exchange.meetings_s, before.ep_exchange.meetings_s);
+  EXPECT_EQ(e.ep_exchange.count_exchange_s, before.ep_exchange.count_exchange_s);
+  EXPECT_GT(e.step_s, before.step_s);  // 84.9 us an all-to-all where the fits priced 16.2 us
+  c.ep = 4;  // the fit is over 2 ranks: ep 4 keeps the point-to-point latency and the reduce-scatter slope
+  const PlanEstimate four = estimate_plan(config, {}, c, timed, options);
+  ASSERT_TRUE(four.valid) << four.reason;
+  EXPECT_NEAR(four.ep_all_to_all_s, 4 * (3 * 1.5e-5 + bytes / 2e9), 1e-15);
+}
+
 // More ranks than cores (docs/planner.md, "More ranks than cores"): ep4 on 2 cores, every all-to-all and count exchange
 // waits for its 3 peers' core holders, each not running half the time, for half the mean action between meetings:
 // the stage's compute per micro-batch on a whole core (priced at 2x, the cores' share) over its 10 meetings (2 moe

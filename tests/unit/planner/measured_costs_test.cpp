@@ -17,6 +17,7 @@
 #include "engine/planner/hardware_profile.hpp"
 #include "partition/measured_costs.hpp"
 #include "engine/planner/plan_search.hpp"
+#include "engine/planner/ep_exchange_measure.hpp"
 #include "engine/planner/expert_rows_measure.hpp"
 #include "engine/planner/host_routing_measure.hpp"
 #include "engine/planner/profile_measure.hpp"
@@ -129,6 +130,7 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
   p.measured.sync_wait_per_compute = 0.375, p.measured.compute_stretch = 0.125, p.measured.stream_stretch = 1.25;
   p.measured.sync_wait_per_meeting_s = 31.25e-6;
   p.measured.count_exchange_s = 3.5e-6, p.measured.count_exchange_ranks = 2;
+  p.measured.ep_exchange = {partition::AlphaBeta{2, 62.5e-6, 1.25e9}, partition::AlphaBeta{4, 125e-6, 0.5e9}};
   p.measured.blocks[1].warm_forward_s = 1.5e-3, p.measured.blocks[1].warm_input_grad_s = 2.5e-3;
   p.measured.blocks[1].warm_weight_grad_s = 0.25e-3;
   const std::string first = (dir_ / "p1.json").string(), second = (dir_ / "p2.json").string();
@@ -158,6 +160,13 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
     EXPECT_NEAR(q->measured.sync_wait_per_meeting_s, 31.25e-6, 1e-18);
     EXPECT_NEAR(q->measured.count_exchange_s, 3.5e-6, 1e-18);
     EXPECT_EQ(q->measured.count_exchange_ranks, 2);
+    ASSERT_EQ(q->measured.ep_exchange.size(), 2u);
+    ASSERT_NE(q->measured.ep_exchange_of(4), nullptr);
+    EXPECT_EQ(q->measured.ep_exchange_of(8), nullptr);
+    EXPECT_NEAR(q->measured.ep_exchange_of(2)->latency_s, 62.5e-6, 1e-18);
+    EXPECT_NEAR(q->measured.ep_exchange_of(2)->bandwidth_Bps, 1.25e9, 1e-3);
+    EXPECT_NEAR(q->measured.ep_exchange_of(4)->latency_s, 125e-6, 1e-18);
+    EXPECT_NEAR(q->measured.ep_exchange_of(4)->bandwidth_Bps, 0.5e9, 1e-3);
     EXPECT_NEAR(q->measured.blocks[1].warm_input_grad_s, 2.5e-3, 1e-15);
     EXPECT_FALSE(q->measured.blocks[0].has_warm());
   }
@@ -171,6 +180,7 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
   before["measured"].erase("stream_stretch");
   before["measured"].erase("sync_wait_per_meeting_us");
   before["measured"].erase("count_exchange");
+  before["measured"].erase("ep_exchange");  // and before the row exchange was timed (2026-12-01 (m))
   std::ofstream((dir_ / "before.json").string()) << before.dump();
   const HardwareProfile old = load_profile((dir_ / "before.json").string());
   EXPECT_NEAR(old.measured.adamw_s_per_param, 2.5e-9, 1e-20);
@@ -181,6 +191,7 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
   EXPECT_EQ(old.measured.stream_stretch, 0.0);
   EXPECT_EQ(old.measured.sync_wait_per_meeting_s, 0.0);
   EXPECT_EQ(old.measured.count_exchange_s, 0.0);
+  EXPECT_TRUE(old.measured.ep_exchange.empty());
   // A count exchange over fewer than 2 ranks is refused by name.
   auto lone = profile_to_json(p);
   lone["measured"]["count_exchange"]["ranks"] = 1;
@@ -304,6 +315,29 @@ TEST_F(MeasuredProfile, HostRoutingAndRoutedRowsRoundTrip) {
     EXPECT_NE(std::string(e.what()).find("host_routing[1]"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("input_grad_ns_per_token"), std::string::npos) << e.what();
   }
+}
+
+// The row exchange's sizes (measure_ep_exchange): the routed rows of a micro-batch of the moe block with the most
+// bytes, b · T · k rows of D values at the largest requested micro-batch, half and twice them; none for a dense model.
+TEST_F(MeasuredProfile, TimesTheRowExchangeAtTheModelsRoutedRows) {
+  const std::string config = (dir_ / "moe.json").string();
+  std::ofstream(config) << R"({"model": {"type": "moe", "vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 4,
+    "seq_len": 16, "ffn_hidden_size": 32, "n_experts": 8, "top_k": 2}, "batch": {"global_batch_size": 4},
+    "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})";
+  const partition::ModelSpec spec = run_plan::model_spec(config::load_config(config, {}).model);
+  const std::vector<EpExchangeSize> sizes = ep_exchange_sizes(spec, {1, 4, 2}, 4);
+  ASSERT_EQ(sizes.size(), 3u);
+  const std::int64_t rows[] = {64, 128, 256};  // 4 x T 16 x k 2 = 128, half and twice
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(sizes[i].rows, rows[i]) << i;
+    EXPECT_EQ(sizes[i].width, 32) << i;
+    EXPECT_EQ(sizes[i].bytes(), static_cast<double>(rows[i] * 32 * 4)) << i;
+  }
+  EXPECT_EQ(ep_exchange_sizes(spec, {2}, 2)[1].bytes(), 2.0 * 16 * 2 * 32 * 2);  // bf16: 2 B a value
+  const std::string dense = (dir_ / "dense.json").string();
+  std::ofstream(dense) << R"({"model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 1, "n_heads": 4,
+    "seq_len": 16}, "batch": {"global_batch_size": 4}, "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})";
+  EXPECT_TRUE(ep_exchange_sizes(run_plan::model_spec(config::load_config(dense, {}).model), {4}, 4).empty());
 }
 
 // `cleave profile` times a moe block on distinct random tokens: its fresh router spreads them over more than k of

@@ -62,6 +62,20 @@ example: mpirun -np 8 cleave verify examples/gpt_fortunes.json --set parallel.te
   return p;
 }
 
+// The same verify with the routing fixed (model.forced_routing uniform), every option the user gave kept: what a run
+// whose routing diverged on a near-tie is checked with (train::format_report).
+std::string forced_routing_command(const Args& args, const std::string& config_path, std::int64_t steps) {
+  std::string out = config_path.empty() ? std::string() : config_path + " ";
+  out += fmt::format("--steps {}", steps);
+  for (const char* option : {"--loss-tolerance", "--param-tolerance", "--noise-multiple"}) {
+    if (args.given(option)) out += fmt::format(" {} {:g}", option, args.number(option));
+  }
+  for (const auto& o : args.all("--set")) {
+    if (o.rfind("model.forced_routing=", 0) != 0) out += " --set " + o;
+  }
+  return out + " --set model.forced_routing=uniform";
+}
+
 }  // namespace
 
 int run_verify(int argc, char** argv) {
@@ -115,6 +129,9 @@ int run_verify(int argc, char** argv) {
                 p.schedule.c_str(), std::string(world.comm->backend()).c_str(), world.choice.reason.c_str(),
                 static_cast<long long>(steps));
     std::fputs(train::format_report(report, options).c_str(), stdout);
+    if (!report.passed && report.routing_diverged) {
+      std::printf("  mpirun -np %d cleave verify %s\n", size, forced_routing_command(args, config_path, steps).c_str());
+    }
     return report.passed ? 0 : 1;
   });
 }

@@ -127,7 +127,7 @@ TEST(VerifyReport, OrderFloorLineSaysWhatTheTwinsAreAndWhy) {
   VerifyReport r = report_of(6e-8, 1.81e-3, true);
   r.params = {{"blocks.0.mlp.proj.weight", 4096, 8.97e-5, 1.81e-3}};
   r.rounding = RoundingFloor{"device.blas blis instead of onednn or batch.micro_batch_size 2 instead of 4",
-                             {{"blocks.0.mlp.proj.weight", 6.85e-5}}, 4.24, 7.9e-8, true};
+                             {{"blocks.0.mlp.proj.weight", 6.85e-5}}, 4.24, 7.9e-8, true, {}};
   r.params_within = true;
   r.passed = true;
   const std::string out = format_report(r, options);

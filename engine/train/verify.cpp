@@ -442,12 +442,14 @@ std::string format_loss_floor(const VerifyReport& report, const VerifyOptions& o
 // The per-element bound's line: what it is, how many tensors pass on it alone, the tensor closest to it.
 std::string format_element(const VerifyReport& report, const VerifyOptions& options) {
   const ElementCheck* closest = nullptr;
-  int only = 0;
+  std::vector<std::string> only;  // the tensors that pass on this bound alone, with their ratio
   for (const ParamDifference& d : report.params) {
     auto e = report.element_checks.find(d.name);
     if (e == report.element_checks.end()) continue;
     const RoundingFloor* rounding = report.rounding ? &*report.rounding : nullptr;
-    if (!tensor_within(d, options.param_tolerance, nullptr, rounding) && e->second.within()) ++only;
+    if (!tensor_within(d, options.param_tolerance, nullptr, rounding) && e->second.within()) {
+      only.push_back(fmt::format("{} ({:.3g} of its bound)", d.name, e->second.ratio));
+    }
     if (closest == nullptr || !(e->second.ratio <= closest->ratio)) closest = &e->second;
   }
   const ElementBound& b = *report.element_bound;
@@ -456,8 +458,9 @@ std::string format_element(const VerifyReport& report, const VerifyOptions& opti
       "reference's own AdamW state how far such noise moves each element, s x sum over steps of lr (1 + B sqrt(t)) / "
       "(sqrt(v) + eps) (a near-zero gradient: up to a step per step; a large one: s / |g| of one); an element also "
       "passes within {:.3g} x that, at most {:.3g} (2 x sum of lr x Adam's step bound): {} tensor(s) pass on this "
-      "alone; the closest is {}\n",
-      b.factor, b.cap, only,
+      "alone{}; the closest is {}\n",
+      b.factor, b.cap, only.size(),
+      only.empty() ? std::string() : fmt::format(", {}", fmt::join(only.begin(), only.begin() + std::min<std::size_t>(only.size(), 4), ", ")),
       closest == nullptr ? std::string("-")
                          : fmt::format("{} at {:.3g} of its bound (element {}: {:.3g} against {:.3g})", closest->name,
                                        closest->ratio, closest->worst, closest->difference, closest->allowed));

@@ -54,8 +54,13 @@ twin, is the reference in fp32: it ends each tensor as far from the bf16 referen
 it, and a tensor also passes within --noise-multiple x sqrt((tp + 2) / 2) times that. In fp32 under AdamW on the
 cpu the order twins, the reference with each other GEMM library (device.blas), end each tensor as far from it as
 reordering its sums moves it (AdamW turns a near-zero gradient's rounding into a step up to lr), and a tensor also
-passes within --noise-multiple x sqrt((tp + 2) / 2) times the largest of those (docs/multi-rank.md: what this
-proves and what it cannot).
+passes within --noise-multiple x sqrt((tp + 2) / 2) times the largest of those; and each element within that factor
+times what the twins' gradient noise moves it through the reference's own AdamW state (lr / sqrt(v) per step: far
+for a near-zero gradient, little for a large one; at most AdamW's drift bound). In bf16 under AdamW a step's loss
+from step 2 also passes within that factor of the twins' and the fp32 run's loss difference at that step. A moe
+layout whose routing differs from one rank's (tokens per expert) fails as "routing diverged", a near-tie when one or
+two tokens moved, with the command that checks it with the routing fixed (docs/multi-rank.md: what this proves and
+what it cannot).
 
 example: mpirun -np 8 cleave verify examples/gpt_fortunes.json --set parallel.tensor_model_parallel_size=2 \
              --set parallel.pipeline_model_parallel_size=2 --set optimizer.type=sgd)");

@@ -8,6 +8,9 @@ runs `cleave verify` on each under a timeout and classifies the outcome:
 
   pass      exit 0, the report ends in PASS
   mismatch  exit 1 with a report ending in FAIL (a loss or parameter beyond verify's bound)
+  routing   exit 1 with FAIL (routing diverged ...): a moe layout sent some token to another expert than one rank did
+            (verify compares the tokens per expert of each step; one or two: a near-tie its roundings tipped); replayed
+            by --triage with model.forced_routing uniform
   refused   exit 64, `error:` naming the refusal; each is checked against what the docs say is supported
             (`doc_refusals` below: the documented rules; an engine refusal of a draw they accept is `unexpected`,
             and a message that names no config key is `unclear`)
@@ -269,6 +272,9 @@ def classify(status, out, expected):
         return "pass", summary
     if status == 1 and summary.endswith("FAIL"):
         return "mismatch", summary
+    if status == 1 and "FAIL (routing diverged" in summary:
+        line = next((l for l in out.splitlines() if l.startswith("routing diverged")), "")
+        return "routing", summary + " | " + line[:160]
     if status == 64 and err:
         notes = []
         if not expected:
@@ -324,15 +330,19 @@ def sweep(args):
 SGD = {"type": "sgd", "lr": 0.5, "momentum": 0.9, "grad_clip": 0.2, "weight_decay": 0.05}
 
 
-def triage_replay(cfg):
+def triage_replay(cfg, routing=False):
     """The replay that separates a known limit of verify's bounds from an engine error, or None:
     - AdamW: the same draw under SGD. AdamW turns rounding noise in an element whose gradient is near zero into
       lr-sized steps (docs/multi-rank.md) and, in bf16, a few of those move later losses past the loss bound; SGD's
       update is linear in the gradient.
-    - MoE in bf16 (SGD): the same draw with model.forced_routing uniform. A layout's bf16 roundings can move a router
+    - routing (verify reported the routing diverged) or MoE in bf16 (SGD): the same draw with model.forced_routing
+      uniform. A layout's bf16 roundings can move a router
       score across a near-tie, sending a token to another expert (and moving a sigmoid router's selection bias by
       its sign rule); forced routing keeps the layout's arithmetic and fixes the choice."""
     cfg = json.loads(json.dumps(cfg))
+    if routing:
+        cfg["model"]["forced_routing"] = "uniform"
+        return "routing diverged: passes with forced routing", cfg
     if cfg["optimizer"]["type"] == "adamw":
         cfg["optimizer"] = dict(SGD, zero_stage=cfg["optimizer"]["zero_stage"])
         return "adamw-only: passes under sgd", cfg
@@ -351,7 +361,8 @@ def triage(args):
         done = {json.loads(l)["index"] for l in open(args.triage + ".triage.jsonl")}
     with open(args.triage + ".triage.jsonl", "a") as log:
         for r in rows:
-            replay = triage_replay(r["config"]) if r["outcome"] == "mismatch" else None
+            replay = (triage_replay(r["config"], r["outcome"] == "routing")
+                      if r["outcome"] in ("mismatch", "routing") else None)
             if replay is None or r["index"] in done:
                 continue
             label, cfg = replay
@@ -360,7 +371,7 @@ def triage(args):
             log.write(json.dumps({"index": r["index"], "label": label, "replay_outcome": outcome,
                                   "replay_detail": detail}) + "\n")
             log.flush()
-            print(f"{r['index']:4d} mismatch -> {label.split(':')[0]} replay {outcome}: {detail}", flush=True)
+            print(f"{r['index']:4d} {r['outcome']} -> {label.split(':')[0]} replay {outcome}: {detail}", flush=True)
 
 
 # --smoke: draws of the default seed that together cover what no other test composes (chosen from
@@ -409,8 +420,8 @@ def summarize(path):
         sgd = {t["index"]: t for t in map(json.loads, open(path + ".triage.jsonl"))}
         for r in rows:
             t = sgd.get(r["index"])
-            if t and r["outcome"] == "mismatch" and t["replay_outcome"] == "pass":
-                r["outcome"] = f"mismatch({t['label']})"
+            if t and r["outcome"] in ("mismatch", "routing") and t["replay_outcome"] == "pass":
+                r["outcome"] = f"{r['outcome']}({t['label']})"
                 r["detail"] += f" | replay: {t['replay_detail']}"
     outcomes = collections.Counter(r["outcome"].split("(")[0] for r in rows)
     print(f"{len(rows)} draws: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
@@ -419,10 +430,10 @@ def summarize(path):
     for r in rows:
         for f in features(r["world"], r["config"]):
             per[f][r["outcome"].split("(")[0]] += 1
-    print("| feature | draws | pass | refused | mismatch | crash | hang |\n|---|---|---|---|---|---|---|")
+    print("| feature | draws | pass | refused | mismatch | routing | crash | hang |\n|---|---|---|---|---|---|---|---|")
     for f in sorted(per):
         c = per[f]
-        print(f"| {f} | {sum(c.values())} | {c['pass']} | {c['refused']} | {c['mismatch']} | {c['crash']} | "
+        print(f"| {f} | {sum(c.values())} | {c['pass']} | {c['refused']} | {c['mismatch']} | {c['routing']} | {c['crash']} | "
               f"{c['hang']} |")
     print("\nrefusal messages (count, first draw):")
     msgs = collections.OrderedDict()

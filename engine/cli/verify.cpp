@@ -54,12 +54,31 @@ twin, is the reference in fp32: it ends each tensor as far from the bf16 referen
 it, and a tensor also passes within --noise-multiple x sqrt((tp + 2) / 2) times that. In fp32 under AdamW on the
 cpu the order twins, the reference with each other GEMM library (device.blas), end each tensor as far from it as
 reordering its sums moves it (AdamW turns a near-zero gradient's rounding into a step up to lr), and a tensor also
-passes within --noise-multiple x sqrt((tp + 2) / 2) times the largest of those (docs/multi-rank.md: what this
-proves and what it cannot).
+passes within --noise-multiple x sqrt((tp + 2) / 2) times the largest of those; and each element within that factor
+times what the twins' gradient noise moves it through the reference's own AdamW state (lr / sqrt(v) per step: far
+for a near-zero gradient, little for a large one; at most AdamW's drift bound). In bf16 under AdamW a step's loss
+from step 2 also passes within that factor of the twins' and the fp32 run's loss difference at that step. A moe
+layout whose routing differs from one rank's (tokens per expert) fails as "routing diverged", a near-tie when one or
+two tokens moved, with the command that checks it with the routing fixed (docs/multi-rank.md: what this proves and
+what it cannot).
 
 example: mpirun -np 8 cleave verify examples/gpt_fortunes.json --set parallel.tensor_model_parallel_size=2 \
              --set parallel.pipeline_model_parallel_size=2 --set optimizer.type=sgd)");
   return p;
+}
+
+// The same verify with the routing fixed (model.forced_routing uniform), every option the user gave kept: what a run
+// whose routing diverged on a near-tie is checked with (train::format_report).
+std::string forced_routing_command(const Args& args, const std::string& config_path, std::int64_t steps) {
+  std::string out = config_path.empty() ? std::string() : config_path + " ";
+  out += fmt::format("--steps {}", steps);
+  for (const char* option : {"--loss-tolerance", "--param-tolerance", "--noise-multiple"}) {
+    if (args.given(option)) out += fmt::format(" {} {:g}", option, args.number(option));
+  }
+  for (const auto& o : args.all("--set")) {
+    if (o.rfind("model.forced_routing=", 0) != 0) out += " --set " + o;
+  }
+  return out + " --set model.forced_routing=uniform";
 }
 
 }  // namespace
@@ -115,6 +134,9 @@ int run_verify(int argc, char** argv) {
                 p.schedule.c_str(), std::string(world.comm->backend()).c_str(), world.choice.reason.c_str(),
                 static_cast<long long>(steps));
     std::fputs(train::format_report(report, options).c_str(), stdout);
+    if (!report.passed && report.routing_diverged) {
+      std::printf("  mpirun -np %d cleave verify %s\n", size, forced_routing_command(args, config_path, steps).c_str());
+    }
     return report.passed ? 0 : 1;
   });
 }

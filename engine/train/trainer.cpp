@@ -76,6 +76,20 @@ std::map<std::string, std::vector<float>> Trainer::gather_parameters() {
   return train::gather_parameters(impl_->setup, impl_->model);
 }
 
+std::map<std::string, std::vector<float>> Trainer::local_optimizer_state(const std::string& kind) const {
+  const optim::Optimizer* optimizer = impl_->tail.optimizer();
+  CLEAVE_CHECK(impl_->setup.world.size() == 1 && optimizer != nullptr && impl_->setup.context.device.is_cpu(),
+               "local_optimizer_state() needs a run of one rank on the cpu without ZeRO (world {})",
+               impl_->setup.world.size());
+  std::map<std::string, std::vector<float>> out;
+  const std::string suffix = "." + kind;
+  for (const auto& [name, tensor] : optimizer->state()) {
+    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    out[name.substr(0, name.size() - suffix.size())] = tensor.to_floats();
+  }
+  return out;
+}
+
 pipeline::Timeline Trainer::measured_timeline() {
   CLEAVE_CHECK(impl_->setup.config.train.trace, "measured_timeline() needs train.trace = true");
   return gather_timeline(impl_->setup, impl_->last_timeline);

@@ -121,6 +121,10 @@ class Trainer {
   EvalResult evaluate(std::int64_t batches);
   // Every logical parameter by name, gathered onto every rank (for equivalence checks). Collective.
   std::map<std::string, std::vector<float>> gather_parameters();
+  // One optimizer state kind ("exp_avg", "exp_avg_sq", "momentum_buffer") of every parameter by name, on a run of one
+  // rank on the CPU whose plain optimizer holds each parameter whole (`cleave verify`'s reference; CLEAVE_CHECK
+  // otherwise); a parameter without that state is absent.
+  std::map<std::string, std::vector<float>> local_optimizer_state(const std::string& kind) const;
 
   // The last step's measured timeline of every pp rank of replica 0, merged on world rank 0 (times in ms
   // from the earliest action; empty on other ranks). Needs train.trace. Collective.

@@ -75,7 +75,8 @@ struct NoiseFloor {
   double floor = 0;                // the pairs' largest `largest`
   std::string worst;               // the tensor where it is
   std::string pair;                // the pair where it is
-  double loss = 0;                 // the twins' largest relative loss difference from the reference (reported only)
+  double loss = 0;                 // the twins' largest relative loss difference from the reference
+  std::vector<double> step_losses; // per step, the twins' largest relative loss difference (bf16 AdamW's loss floor)
   // AdamW: one step-1 sign flip as a fraction of movement (adamw_flip_fraction); 0 under SGD
   double flip = 0;
   double multiple = 3;             // a layout's tensor passes within multiple x tp_factor x max(floor, flip)
@@ -89,9 +90,10 @@ struct RoundingFloor {
   std::string twin;                   // "device.precision fp32 instead of bf16"
   std::map<std::string, double> max_abs;  // per tensor
   double factor = 3;                  // a layout's tensor passes within factor x its max_abs
-  double loss = 0;                    // the twin's largest relative loss difference (reported only)
+  double loss = 0;                    // the twin's largest relative loss difference
   // fp32 AdamW's order twins instead (order_twins): the column is "vs order twin" and the lines say why
   bool order = false;
+  std::vector<double> step_losses;    // per step, the twin's relative loss difference (bf16 AdamW's loss floor)
   double tolerance(const std::string& name) const {
     auto it = max_abs.find(name);
     return it == max_abs.end() ? 0.0 : factor * it->second;

@@ -24,6 +24,7 @@
 #include "kernels/ops/cpu_blas.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "train_harness.hpp"
+#include "verify_harness.hpp"
 
 namespace cleave::testing {
 namespace {
@@ -31,48 +32,6 @@ namespace {
 // Update items by their element count in the model below: embed.position (seq_len x d_model) and the first
 // block's attn.qkv.bias (3 x d_model; the first of its size an update call holds).
 constexpr std::int64_t kPosition = 64 * 128, kQkvBias = 3 * 128;
-
-// The CPU table whose optimizer slots hit the update item of `target` elements: its gradient scaled by grad_scale
-// before the update, step_error x lr added to its element 0 after it.
-struct InjectingBackend : ops::Backend {
-  std::int64_t target = 0;
-  float grad_scale = 1;
-  float step_error = 0;
-  float loss_scale = 1;  // the forward's loss (the mean over the step's tokens) times this
-};
-
-void injected_loss(const ops::Context& ctx, const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                   const Tensor& loss) {
-  ops::cpu_backend().cross_entropy_forward(ctx, logits, targets, lse, loss);
-  loss.data<float>()[0] *= static_cast<const InjectingBackend&>(*ctx.backend).loss_scale;
-}
-
-template <class Item>
-const Item* target_item(std::span<const Item> items, std::int64_t target) {
-  auto it = std::find_if(items.begin(), items.end(), [&](const Item& i) { return i.param.numel() == target; });
-  return it == items.end() ? nullptr : &*it;
-}
-
-template <class Item, class Hyper, auto Slot>
-void injected_update(const ops::Context& ctx, std::span<const Item> items, const Hyper& hyper) {
-  const auto& self = static_cast<const InjectingBackend&>(*ctx.backend);
-  const Item* item = target_item(items, self.target);
-  if (item != nullptr && self.grad_scale != 1) ops::cpu_backend().scale_inplace(ctx, item->grad, self.grad_scale);
-  (ops::cpu_backend().*Slot)(ctx, items, hyper);
-  if (item != nullptr && self.step_error != 0) item->param.template data<float>()[0] += self.step_error * hyper.lr;
-}
-
-InjectingBackend injecting(std::int64_t target, float grad_scale, float step_error) {
-  InjectingBackend b;
-  static_cast<ops::Backend&>(b) = ops::cpu_backend();
-  b.name = "cpu (injecting)";
-  b.target = target;
-  b.grad_scale = grad_scale;
-  b.step_error = step_error;
-  b.adamw_update_many = &injected_update<ops::AdamWItem, ops::AdamWHyper, &ops::Backend::adamw_update_many>;
-  b.sgd_update_many = &injected_update<ops::SgdItem, ops::SgdHyper, &ops::Backend::sgd_update_many>;
-  return b;
-}
 
 // The default gpt's recipe (examples/gpt_fortunes.json: AdamW, warmup over 30 steps) on a tiny model, bf16, 10 steps.
 config::RunConfig tiny_bf16(const std::string& optimizer) {
@@ -86,21 +45,6 @@ config::RunConfig tiny_bf16(const std::string& optimizer) {
   })", "tiny_bf16", {"optimizer.type=" + optimizer});
   c.resolve(1);
   return c;
-}
-
-struct Trained {
-  train::ParameterMap initial, params;
-  std::vector<double> losses;
-};
-
-Trained train_one_rank(const config::RunConfig& config, const ops::Backend* backend = nullptr) {
-  auto world = make_world(true);
-  train::Trainer trainer(config, *world, backend);
-  Trained t;
-  t.initial = trainer.gather_parameters();
-  for (std::int64_t s = 0; s < config.train.steps; ++s) t.losses.push_back(trainer.step(s).loss);
-  t.params = trainer.gather_parameters();
-  return t;
 }
 
 // The reference, its twin's floor, and the verdict on a "layout" run, as verify_layout decides it.

@@ -127,7 +127,7 @@ TEST(VerifyReport, OrderFloorLineSaysWhatTheTwinsAreAndWhy) {
   VerifyReport r = report_of(6e-8, 1.81e-3, true);
   r.params = {{"blocks.0.mlp.proj.weight", 4096, 8.97e-5, 1.81e-3}};
   r.rounding = RoundingFloor{"device.blas blis instead of onednn or batch.micro_batch_size 2 instead of 4",
-                             {{"blocks.0.mlp.proj.weight", 6.85e-5}}, 4.24, 7.9e-8, true};
+                             {{"blocks.0.mlp.proj.weight", 6.85e-5}}, 4.24, 7.9e-8, true, {}};
   r.params_within = true;
   r.passed = true;
   const std::string out = format_report(r, options);
@@ -161,6 +161,32 @@ TEST(VerifyReport, Bf16ParameterFailureNamesRouterNearTiesOnRoutedModelsAndTheRi
   const std::string dense = format_report(r, options);
   EXPECT_EQ(dense.find("router near-tie"), std::string::npos) << dense;
   EXPECT_NE(dense.find("compare with --set optimizer.type=sgd"), std::string::npos) << dense;
+}
+
+// A moe layout whose routing diverged fails with that verdict instead of a parameter mismatch; one or two tokens are
+// a near-tie, more are not, and a run that passed says nothing of it.
+TEST(VerifyReport, RoutingDivergenceIsTheVerdictAndANearTieIsToldFromMore) {
+  VerifyOptions options;
+  VerifyReport r = report_of(2e-6, 1.0, false);
+  r.routed = true;
+  r.routing_compared = true;
+  r.routing_diverged = RoutingDivergence{2, 1, {44, 46, 47, 55}, {44, 45, 47, 56}};
+  const std::string tie = format_report(r, options);
+  EXPECT_NE(tie.find(": FAIL (routing diverged on a near-tie: not a parameter mismatch)"), std::string::npos) << tie;
+  EXPECT_NE(tie.find("routing diverged at step 2 on a near-tie: 1 token(s) went to another expert than one rank sent "
+                     "them to (tokens per expert, summed over the blocks: layout 44 46 47 55, reference 44 45 47 56)"),
+            std::string::npos) << tie;
+  EXPECT_EQ(tie.find("not rounding (a wrong gradient"), std::string::npos) << tie;
+  r.routing_diverged = RoutingDivergence{1, 9, {40, 50}, {49, 41}};
+  const std::string more = format_report(r, options);
+  EXPECT_NE(more.find(": FAIL (routing diverged)\n"), std::string::npos) << more;
+  EXPECT_NE(more.find("9 tokens went to other experts than one rank sent them to (tokens per expert, summed over the "
+                      "blocks: layout 40 50, reference 49 41), more than a near-tie tips (2 at most)"),
+            std::string::npos) << more;
+  r.routing_diverged.reset();  // the counts agreed: no near-tie to suspect, the parameters failed on their own
+  const std::string same = format_report(r, options);
+  EXPECT_NE(same.find(": FAIL\n"), std::string::npos) << same;
+  EXPECT_EQ(same.find("routing diverged"), std::string::npos) << same;
 }
 
 }  // namespace

@@ -113,6 +113,11 @@ void check_costs(const Schedule& schedule, const SimulationCosts& costs) {
     check_cost(c.backward_all_to_all, "backward all-to-all", s);
     check_cost(c.forward_send_wait, "forward send wait", s);
     check_cost(c.backward_send_wait, "backward send wait", s);
+    check_cost(c.forward_all_to_all_own, "forward all-to-all's own time", s);
+    check_cost(c.backward_all_to_all_own, "backward all-to-all's own time", s);
+    CLEAVE_CHECK(c.forward_all_to_all_own <= c.forward_all_to_all && c.backward_all_to_all_own <= c.backward_all_to_all,
+                 "simulate: the all-to-alls' own time of stage {} ({} F, {} I) exceeds the all-to-alls ({} F, {} I)", s,
+                 c.forward_all_to_all_own, c.backward_all_to_all_own, c.forward_all_to_all, c.backward_all_to_all);
     CLEAVE_CHECK(c.forward_all_to_all_waits >= 0 && c.backward_all_to_all_waits >= 0,
                  "simulate: all-to-all waits of stage {} are {} (F) and {} (I), expected >= 0", s,
                  c.forward_all_to_all_waits, c.backward_all_to_all_waits);
@@ -306,7 +311,9 @@ class Timing {
     PairSide side;
     side.all_to_all = all_to_all(a);
     side.compute = total(r, i, a) - side.all_to_all;
-    side.waits = a.kind == ActionKind::kForward ? c.forward_all_to_all_waits : c.backward_all_to_all_waits;
+    const bool forward = a.kind == ActionKind::kForward;
+    side.waits = forward ? c.forward_all_to_all_waits : c.backward_all_to_all_waits;
+    side.own = std::min(side.all_to_all, forward ? c.forward_all_to_all_own : c.backward_all_to_all_own);
     if (a.kind == ActionKind::kBackward) side.tail = std::min(side.compute, c.backward_weight);
     return side;
   }

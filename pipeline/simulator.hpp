@@ -21,7 +21,8 @@
 //                     (forward_all_to_all, backward_all_to_all) runs while the other side computes, timed by
 //                     time_overlapped_pair (overlap_pair_timing.hpp): with the waits counted
 //                     (forward_all_to_all_waits, backward_all_to_all_waits) the executor's baton over equal
-//                     segments, each wait hidden only by the other side's one segment that runs during it;
+//                     segments, each wait hidden only by the other side's one segment that runs during it, the
+//                     exchange's own time (forward_all_to_all_own, backward_all_to_all_own) never;
 //                     uncounted (0), max(0, a2a − the other's whole compute). F is booked cF + its exposed part,
 //                     the backward after it cB + its (cB = I, or I + W for B); under PairCores::kShared (more
 //                     ranks than cores) each side also keeps its hidden part: the hand-over takes a co-runner's
@@ -61,6 +62,10 @@ struct StageCost {
   // compute, an upper bound on what the executor's baton hides).
   int forward_all_to_all_waits = 0;
   int backward_all_to_all_waits = 0;
+  // Of each all-to-all, the exchange's own time (the rank's work inside the calls: posting, shared-memory copies),
+  // which a pair never hides (overlap_pair_timing.hpp); at most the all-to-all. 0 = all of it is waiting.
+  double forward_all_to_all_own = 0.0;
+  double backward_all_to_all_own = 0.0;
   // Added to the transfer time of what this stage's F sends on (its activation) and of what its I or B sends
   // back (its input gradient), on top of p2p_latency + bytes / p2p_bandwidth: the time the receiver waits at that
   // transfer for what the sender lost (the planner's point_to_point_wait). 0 = none.

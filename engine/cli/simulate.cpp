@@ -93,6 +93,10 @@ bubble fractions and the peak live activations per rank, followed by the schedul
             "with --overlap: the waits each all-to-all splits into (3,2 per MoE block: count\n"
             "exchange, dispatch, combine; their gradients); each hides only behind the other\n"
             "side's segment (pipeline/overlap_pair_timing.hpp). Default 0,0: not split")
+      .text("--all-to-all-own", "OF,OB",
+            "with --overlap: of --all-to-all, the exchanges' own time (the rank's work\n"
+            "inside the calls; over shared memory the copies), which a pair never hides\n"
+            "(default 0,0)")
       .flag("--shared-cores", "with --overlap: the ranks outnumber the cores, so what a pair hides buys\n"
             "no step time (a waiting rank's core runs another rank)")
       .number("--p2p-latency", "X", "ms per point-to-point message", 0)
@@ -127,6 +131,7 @@ struct Options {
   double forward = 1.0, backward_input = 1.0, backward_weight = 1.0;
   double latency_ms = 0.0, bandwidth_gbps = 0.0, message_bytes = 0.0;
   double forward_all_to_all = 0.0, backward_all_to_all = 0.0;
+  double forward_own = 0.0, backward_own = 0.0;
   bool overlap = false, shared_cores = false;
   int forward_waits = 0, backward_waits = 0;
   std::string trace_path, svg_path, save_path;
@@ -180,6 +185,15 @@ Options read_options(const Args& args) {
   }
   options.overlap = args.on("--overlap");
   options.shared_cores = args.on("--shared-cores");
+  if (args.given("--all-to-all-own")) {
+    const auto own = parse_ms_list(args.text("--all-to-all-own"), 2, "--all-to-all-own", "OF,OB");
+    CLEAVE_CHECK_INPUT(own[0] <= options.forward_all_to_all && own[1] <= options.backward_all_to_all,
+                       "simulate: --all-to-all-own {} exceeds --all-to-all {},{}: the own time is part of the "
+                       "all-to-all", args.text("--all-to-all-own"), options.forward_all_to_all,
+                       options.backward_all_to_all);
+    options.forward_own = own[0];
+    options.backward_own = own[1];
+  }
   if (args.given("--all-to-all-waits")) {
     const auto waits = parse_ms_list(args.text("--all-to-all-waits"), 2, "--all-to-all-waits", "NF,NB");
     CLEAVE_CHECK_INPUT(waits[0] == std::floor(waits[0]) && waits[1] == std::floor(waits[1]) && waits[0] <= 1e6 &&
@@ -209,6 +223,8 @@ pipeline::SimulationCosts make_costs(const Options& options, int num_stages) {
     stage.output_bytes = options.message_bytes;
     stage.forward_all_to_all = options.forward_all_to_all;
     stage.backward_all_to_all = options.backward_all_to_all;
+    stage.forward_all_to_all_own = options.forward_own;
+    stage.backward_all_to_all_own = options.backward_own;
     stage.forward_all_to_all_waits = options.forward_waits;
     stage.backward_all_to_all_waits = options.backward_waits;
   }

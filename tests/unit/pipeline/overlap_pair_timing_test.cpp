@@ -21,7 +21,7 @@ TEST(OverlapPairTiming, OneWaitEachHidesOnlyBehindTheOtherSidesSegment) {
   // F: compute 2 in segments 1 | 1, all-to-all 3; B: compute 4 in 2 | 2, all-to-all 2.
   // t 0-1 F; F's exchange done at 4; t 1-3 B, its exchange done at 5; F waits 3-4 (exposed 1), runs 4-5 and ends;
   // B takes the rank at 5, its exchange is done (exposed 0), runs 5-7.
-  const PairSide f{2, 0, 3, 1}, b{4, 0, 2, 1};
+  const PairSide f{2, 0, 3, 0, 1}, b{4, 0, 2, 0, 1};
   const PairTiming t = time_overlapped_pair(f, b, PairCores::kSpare);
   EXPECT_DOUBLE_EQ(t.exposed_first, 1.0);
   EXPECT_DOUBLE_EQ(t.exposed_second, 0.0);
@@ -30,7 +30,7 @@ TEST(OverlapPairTiming, OneWaitEachHidesOnlyBehindTheOtherSidesSegment) {
   EXPECT_DOUBLE_EQ(t.seconds, 7.0);
   EXPECT_DOUBLE_EQ(t.shared_core, 0.0);
   // Not split, B's whole compute 4 would hide F's 3: nothing exposed.
-  const PairTiming whole = time_overlapped_pair({2, 0, 3, 0}, {4, 0, 2, 0}, PairCores::kSpare);
+  const PairTiming whole = time_overlapped_pair({2, 0, 3, 0, 0}, {4, 0, 2, 0, 0}, PairCores::kSpare);
   EXPECT_DOUBLE_EQ(whole.exposed_first, 0.0);
   EXPECT_DOUBLE_EQ(whole.exposed_second, 0.0);
   EXPECT_DOUBLE_EQ(whole.seconds, 6.0);
@@ -40,20 +40,32 @@ TEST(OverlapPairTiming, AMoeBlocksThreeForwardAndTwoBackwardWaitsByHand) {
   // F: 4 in segments of 1, 3 waits of 2; B (I): 3 in segments of 1, 2 waits of 1.
   // F 0-1 (ready 3) | B 1-2 (ready 3) | F waits 2-3, 3-4 (ready 6) | B 4-5 (ready 6) | F waits 5-6, 6-7 (ready 9)
   // | B 7-8, ends | F waits 8-9, 9-10. F exposes 3 of 6, B 0 of 2.
-  const PairTiming t = time_overlapped_pair({4, 0, 6, 3}, {3, 0, 2, 2}, PairCores::kSpare);
+  const PairTiming t = time_overlapped_pair({4, 0, 6, 0, 3}, {3, 0, 2, 0, 2}, PairCores::kSpare);
   EXPECT_DOUBLE_EQ(t.exposed_first, 3.0);
   EXPECT_DOUBLE_EQ(t.exposed_second, 0.0);
   EXPECT_DOUBLE_EQ(t.seconds, 10.0);
   // A B (I + W, W = 2 as its tail): its last segment runs 7-10, so F's last exchange (ready 9) is hidden.
-  const PairTiming with_w = time_overlapped_pair({4, 0, 6, 3}, {5, 2, 2, 2}, PairCores::kSpare);
+  const PairTiming with_w = time_overlapped_pair({4, 0, 6, 0, 3}, {5, 2, 2, 0, 2}, PairCores::kSpare);
   EXPECT_DOUBLE_EQ(with_w.exposed_first, 2.0);
   EXPECT_DOUBLE_EQ(with_w.exposed_second, 0.0);
   EXPECT_DOUBLE_EQ(with_w.seconds, 11.0);
 }
 
+TEST(OverlapPairTiming, TheExchangesOwnTimeNeverHides) {
+  // The first test's pair with 1.5 of F's 3 its own time: F 0-1 (the wait for the peer, 1.5, done at 2.5) | B 1-3
+  // (ready 5) | F pays its own 1.5 at 3-4.5, runs 4.5-5.5, ends | B (ready) runs 5.5-7.5. F exposes 1.5, not 1.
+  const PairTiming t = time_overlapped_pair({2, 0, 3, 1.5, 1}, {4, 0, 2, 0, 1}, PairCores::kSpare);
+  EXPECT_DOUBLE_EQ(t.exposed_first, 1.5);
+  EXPECT_DOUBLE_EQ(t.exposed_second, 0.0);
+  EXPECT_DOUBLE_EQ(t.hidden_first, 1.5);
+  EXPECT_DOUBLE_EQ(t.seconds, 7.5);
+  // Not split: own + max(0, 3 - 1.5 - 4) = 1.5.
+  EXPECT_DOUBLE_EQ(time_overlapped_pair({2, 0, 3, 1.5, 0}, {4, 0, 2, 0, 0}, PairCores::kSpare).exposed_first, 1.5);
+}
+
 TEST(OverlapPairTiming, SharedCoresKeepTheHiddenSecondsInThePair) {
   // The first test's pair: the hand-overs still count 1 exposed, but both sides' 2 hidden stay: 2 + 3 + 4 + 2 = 11.
-  const PairTiming t = time_overlapped_pair({2, 0, 3, 1}, {4, 0, 2, 1}, PairCores::kShared);
+  const PairTiming t = time_overlapped_pair({2, 0, 3, 0, 1}, {4, 0, 2, 0, 1}, PairCores::kShared);
   EXPECT_DOUBLE_EQ(t.exposed_first, 1.0);
   EXPECT_DOUBLE_EQ(t.exposed_second, 0.0);
   EXPECT_DOUBLE_EQ(t.shared_core, 4.0);
@@ -61,10 +73,14 @@ TEST(OverlapPairTiming, SharedCoresKeepTheHiddenSecondsInThePair) {
 }
 
 TEST(OverlapPairTiming, BadSidesAreRefused) {
-  EXPECT_THROW((void)time_overlapped_pair({1, 0, 1, -1}, {1, 0, 1, 1}, PairCores::kSpare), Error);
-  EXPECT_THROW((void)time_overlapped_pair({1, 0, 1, 1}, {1, 2, 1, 1}, PairCores::kSpare), Error);
+  EXPECT_THROW((void)time_overlapped_pair({1, 0, 1, 0, -1}, {1, 0, 1, 0, 1}, PairCores::kSpare), Error);
+  EXPECT_THROW((void)time_overlapped_pair({1, 0, 1, 0, 1}, {1, 2, 1, 0, 1}, PairCores::kSpare), Error);
+  EXPECT_THROW((void)time_overlapped_pair({1, 0, 1, 2, 1}, {1, 0, 1, 0, 1}, PairCores::kSpare), Error);
   SimulationCosts costs = SimulationCosts::uniform(4);
   costs.stages[1].backward_all_to_all_waits = -2;
+  EXPECT_THROW((void)simulate(ensure_lowered(dualpipev_schedule(2, 4)), costs), Error);
+  costs.stages[1].backward_all_to_all_waits = 2;
+  costs.stages[1].backward_all_to_all_own = 0.5;  // more than its all-to-all of 0
   EXPECT_THROW((void)simulate(ensure_lowered(dualpipev_schedule(2, 4)), costs), Error);
 }
 

@@ -14,11 +14,13 @@ of benchmarks/moe/overlap_moe.json with train.trace on:
   plain DualPipeV's (1F1B's: its own) runs less their all-to-all share, AF, AB that run's traced exposed all-to-all
   per rank and step split 3:2 over its F and I actions (3 waits per MoE block in F, 2 in I). "before": the pair
   model as it was (no waits counted, spare cores); "segments": the waits counted (3, 2 per block of the stage);
-  "after": also the exchanges' own time (plain DualPipeV's metrics: moe_ep_all_to_all_ms less
-  moe_ep_all_to_all_wait_ms, split 3:2), never hidden, and --shared-cores where the shape's ranks outnumber this
-  machine's cores ("after_spare" and "after_shared" both shown).
+  "after": also the exchanges' own time, never hidden (plain DualPipeV's metrics, moe_ep_all_to_all_ms less
+  moe_ep_all_to_all_wait_ms, per exchange, from the shape whose ranks do not outnumber the cores: see
+  own_per_exchange), and --shared-cores where the shape's ranks outnumber this machine's cores ("after_spare" and
+  "after_shared" both shown). --reprice FILE prices a saved run again.
 
   benchmarks/moe/dpv_overlap_bench.py BUILD_DIR [--rounds 5] [--steps 8] [--shapes pp2ep2,pp1ep2] [--json FILE]
+                                     [--reprice FILE]
 
 Timings are reported, not asserted (overlapped = plain bit for bit is e2e_ep_overlap_np4's).
 """
@@ -107,14 +109,37 @@ def run_shape(a, cleave, shape, cores):
                     p["spans"].setdefault(kind, []).extend(d)
                 print(f"{shape} round {r + 1} {name}: step {p['step_ms'][-1]:.1f} ms, traced a2a {a2a:.1f} ms",
                       file=sys.stderr, flush=True)
+    return {"shape": shape, "pp": pp, "ranks": ranks, "cores": cores, "m": m, "blocks_per_stage": blocks,
+            "measured": per}
+
+
+def exchanges_per_step(res):
+    """A rank's MoE exchanges per step under DualPipeV: 2m F and 2m I per rank, 3 and 2 per block of the stage."""
+    return 2 * res["m"] * 5 * res["blocks_per_stage"]
+
+
+def own_per_exchange(results):
+    """The exchanges' own time (ms per exchange), from plain DualPipeV's metrics (each call's time less its wait for
+    the last peer: the shortest any rank of the ep group spent in it) of a shape whose ranks do not outnumber the
+    cores: with more ranks than cores that shortest call also holds the time its rank was descheduled. The same
+    bytes per exchange in every shape (one model, ep 2, one micro-batch size). None without such a shape."""
+    spare = [r for r in results if r["ranks"] <= r["cores"]]
+    if not spare:
+        return None
+    r = spare[0]
+    return statistics.median(r["measured"]["dualpipev"]["own"]) / exchanges_per_step(r)
+
+
+def predict(cleave, res, own_exchange):
+    pp, m, blocks, per = res["pp"], res["m"], res["blocks_per_stage"], res["measured"]
     c1 = costs_of(per["1f1b"], m)  # 1F1B: one stage per rank, m F and m B
     cd = costs_of(per["dualpipev"], 2 * m)  # DualPipeV: two chunks per rank
     waits = ["--all-to-all-waits", f"{3 * blocks},{2 * blocks}"]
-    # The exchanges' own time per action, split 3:2 as the all-to-all: plain DualPipeV's metrics (each call's time
-    # less its wait for the last peer), at most the all-to-all.
-    own_step = min(statistics.median(per["dualpipev"]["own"]), statistics.median(per["dualpipev"]["trace_a2a"]))
-    own = ["--all-to-all-own", f"{min(cd[3], 0.6 * own_step / (2 * m)):.6f},{min(cd[4], 0.4 * own_step / (2 * m)):.6f}"]
-    shared = ["--shared-cores"] if ranks > cores else []
+    if own_exchange is None:  # this shape's own figure
+        own_exchange = statistics.median(per["dualpipev"]["own"]) / exchanges_per_step(res)
+    own_f, own_i = min(cd[3], 3 * blocks * own_exchange), min(cd[4], 2 * blocks * own_exchange)
+    own = ["--all-to-all-own", f"{own_f:.6f},{own_i:.6f}"]
+    shared = res["ranks"] > res["cores"]
     pred = {
         "1f1b": simulate(cleave, "1f1b", pp, m, c1, []),
         "dualpipev": simulate(cleave, "dualpipev", pp, m, cd, []),
@@ -125,8 +150,8 @@ def run_shape(a, cleave, shape, cores):
                                          ["--overlap"] + waits + own + ["--shared-cores"]),
     }
     pred["overlap_after"] = pred["overlap_after_shared"] if shared else pred["overlap_after_spare"]
-    return {"shape": shape, "pp": pp, "ranks": ranks, "cores": cores, "m": m, "blocks_per_stage": blocks,
-            "own_ms_per_step": own_step, "costs_1f1b": c1, "costs_dualpipev": cd, "measured": per, "predicted": pred}
+    res.update({"own_ms_per_exchange": own_exchange, "own_ms": (own_f, own_i), "costs_1f1b": c1,
+                "costs_dualpipev": cd, "predicted": pred})
 
 
 def report(res):
@@ -147,7 +172,11 @@ def report(res):
     dp, ov = per["dualpipev"], per["dualpipev_overlap"]
     print(f"measured exposed a2a overlapped / plain (traced): {med(ov['trace_a2a']) / med(dp['trace_a2a']):.3f}")
     base = pred["dualpipev"]
-    print(f"plain DualPipeV's exchanges' own time (metrics, median): {res['own_ms_per_step']:.1f} ms per step")
+    own_step = statistics.median(per["dualpipev"]["own"])
+    print(f"plain DualPipeV's exchanges' own time (metrics, median): {own_step:.1f} ms per step, "
+          f"{own_step / exchanges_per_step(res) * 1e3:.0f} us per exchange; priced at "
+          f"{res['own_ms_per_exchange'] * 1e3:.0f} us per exchange: {res['own_ms'][0]:.3f} ms per F, "
+          f"{res['own_ms'][1]:.3f} per I")
     for k in ("overlap_before", "overlap_segments", "overlap_after_spare", "overlap_after_shared", "overlap_after"):
         q = pred[k]
         print(f"predicted {k}: makespan {q['makespan']:.1f} ms ({q['makespan'] / base['makespan']:.3f} of plain "
@@ -166,11 +195,18 @@ def main():
     ap.add_argument("--shapes", default="pp2ep2,pp1ep2")
     ap.add_argument("--json", default="")
     ap.add_argument("--launcher", default="mpirun --oversubscribe --allow-run-as-root")
+    ap.add_argument("--reprice", default="", help="a --json FILE of an earlier run: price its measurements again")
     a = ap.parse_args()
     cleave = os.path.join(a.build, "bin", "cleave")
     cores = os.cpu_count()
-    results = [run_shape(a, cleave, s, cores) for s in a.shapes.split(",")]
+    if a.reprice:
+        with open(a.reprice) as f:
+            results = json.load(f)
+    else:
+        results = [run_shape(a, cleave, s, cores) for s in a.shapes.split(",")]
+    own = own_per_exchange(results)
     for res in results:
+        predict(cleave, res, own)
         report(res)
     if a.json:
         with open(a.json, "w") as f:

@@ -138,8 +138,9 @@ struct Options {
   bool lowered = false, json = false;
 };
 
-// `count` comma-separated numbers >= 0 (ms) of `flag`.
-std::vector<double> parse_ms_list(std::string_view text, std::size_t count, const char* flag, const char* form) {
+// `count` comma-separated numbers >= 0 (`unit`) of `flag`.
+std::vector<double> parse_ms_list(std::string_view text, std::size_t count, const char* flag, const char* form,
+                                  const char* unit = "in ms") {
   std::vector<double> values;
   std::size_t pos = 0;
   while (true) {
@@ -149,13 +150,13 @@ std::vector<double> parse_ms_list(std::string_view text, std::size_t count, cons
     auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
     CLEAVE_CHECK_INPUT(!part.empty() && ec == std::errc() && ptr == part.data() + part.size() && std::isfinite(value) &&
                      value >= 0,
-                 "simulate: {} expects {} ({} numbers >= 0, in ms), got '{}'", flag, form, count, text);
+                 "simulate: {} expects {} ({} numbers >= 0, {}), got '{}'", flag, form, count, unit, text);
     values.push_back(value);
     if (comma == std::string_view::npos) break;
     pos = comma + 1;
   }
-  CLEAVE_CHECK_INPUT(values.size() == count, "simulate: {} expects {} ({} numbers >= 0, in ms), got '{}'", flag, form, count,
-               text);
+  CLEAVE_CHECK_INPUT(values.size() == count, "simulate: {} expects {} ({} numbers >= 0, {}), got '{}'", flag, form,
+                     count, unit, text);
   return values;
 }
 
@@ -195,7 +196,8 @@ Options read_options(const Args& args) {
     options.backward_own = own[1];
   }
   if (args.given("--all-to-all-waits")) {
-    const auto waits = parse_ms_list(args.text("--all-to-all-waits"), 2, "--all-to-all-waits", "NF,NB");
+    const auto waits = parse_ms_list(args.text("--all-to-all-waits"), 2, "--all-to-all-waits", "NF,NB",
+                                     "whole numbers");
     CLEAVE_CHECK_INPUT(waits[0] == std::floor(waits[0]) && waits[1] == std::floor(waits[1]) && waits[0] <= 1e6 &&
                            waits[1] <= 1e6,
                        "simulate: --all-to-all-waits expects NF,NB (2 whole numbers >= 0), got '{}'",

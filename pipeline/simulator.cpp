@@ -113,6 +113,14 @@ void check_costs(const Schedule& schedule, const SimulationCosts& costs) {
     check_cost(c.backward_all_to_all, "backward all-to-all", s);
     check_cost(c.forward_send_wait, "forward send wait", s);
     check_cost(c.backward_send_wait, "backward send wait", s);
+    check_cost(c.forward_all_to_all_own, "forward all-to-all's own time", s);
+    check_cost(c.backward_all_to_all_own, "backward all-to-all's own time", s);
+    CLEAVE_CHECK(c.forward_all_to_all_own <= c.forward_all_to_all && c.backward_all_to_all_own <= c.backward_all_to_all,
+                 "simulate: the all-to-alls' own time of stage {} ({} F, {} I) exceeds the all-to-alls ({} F, {} I)", s,
+                 c.forward_all_to_all_own, c.backward_all_to_all_own, c.forward_all_to_all, c.backward_all_to_all);
+    CLEAVE_CHECK(c.forward_all_to_all_waits >= 0 && c.backward_all_to_all_waits >= 0,
+                 "simulate: all-to-all waits of stage {} are {} (F) and {} (I), expected >= 0", s,
+                 c.forward_all_to_all_waits, c.backward_all_to_all_waits);
   }
   CLEAVE_CHECK(std::isfinite(costs.optimizer_step) && costs.optimizer_step >= 0,
                "simulate: optimizer step cost is {}, expected a finite value >= 0", costs.optimizer_step);
@@ -162,6 +170,7 @@ class Timing {
     free_at_.assign(p_, 0.0);
     for (int r = 0; r < p_; ++r) events_.push({0.0, r});
     result_.exposed_all_to_all.assign(p_, 0.0);
+    result_.shared_core_all_to_all.assign(p_, 0.0);
   }
 
   SimulationResult run() && {
@@ -296,19 +305,34 @@ class Timing {
     finish(r, j, end);
   }
 
-  // An overlapped F&B pair at i, i + 1: each side's all-to-all hides under the other side's compute; what sticks
-  // out is exposed.
+  // One side of an overlapped pair: its compute (the W of a B as its tail), all-to-all and waits.
+  PairSide pair_side(int r, int i, const Action& a) const {
+    const StageCost& c = costs_.stages[a.stage];
+    PairSide side;
+    side.all_to_all = all_to_all(a);
+    side.compute = total(r, i, a) - side.all_to_all;
+    const bool forward = a.kind == ActionKind::kForward;
+    side.waits = forward ? c.forward_all_to_all_waits : c.backward_all_to_all_waits;
+    side.own = std::min(side.all_to_all, forward ? c.forward_all_to_all_own : c.backward_all_to_all_own);
+    if (a.kind == ActionKind::kBackward) side.tail = std::min(side.compute, c.backward_weight);
+    return side;
+  }
+
+  // An overlapped F&B pair at i, i + 1 (time_overlapped_pair): F booked with its exposed all-to-all, the backward
+  // after it with its; under kShared each also with its hidden part.
   void run_pair(int r, int i, double start) {
     const Schedule& s = result_.lowered;
     const Action& a = s.ranks[r][i];
     const Action& b = s.ranks[r][i + 1];
-    const double a_f = all_to_all(a), a_b = all_to_all(b);
-    const double c_f = total(r, i, a) - a_f, c_b = total(r, i + 1, b) - a_b;  // compute of each side
-    const double exposed_f = std::max(0.0, a_f - c_b), exposed_b = std::max(0.0, a_b - c_f);
-    const double middle = start + c_f + exposed_f, end = middle + c_b + exposed_b;
+    const PairSide f = pair_side(r, i, a), g = pair_side(r, i + 1, b);
+    const PairTiming t = time_overlapped_pair(f, g, costs_.pair_cores);
+    const bool shared = costs_.pair_cores == PairCores::kShared;
+    const double middle = start + f.compute + t.exposed_first + (shared ? t.hidden_first : 0.0);
+    const double end = start + t.seconds;
     result_.timeline.ranks[r][i] = TimedAction{a, start, middle, {}};
     result_.timeline.ranks[r][i + 1] = TimedAction{b, middle, end, {}};
-    result_.exposed_all_to_all[r] += exposed_f + exposed_b;
+    result_.exposed_all_to_all[r] += t.exposed_first + t.exposed_second;
+    result_.shared_core_all_to_all[r] += t.shared_core;
     finish(r, i + 2, end);
   }
 

@@ -18,10 +18,16 @@
 //   REDUCE_GRAD       the stage's reduce_grad cost;  OPTIMIZER_STEP  the optimizer_step cost
 //   F&B pair          a schedule with overlapped pairs (Schedule::overlap_fb_pairs, overlap_schedule.hpp): an F
 //                     and the I or B after it start together, once both inputs are there; each side's all-to-all
-//                     (forward_all_to_all, backward_all_to_all) runs while the other side computes, so only
-//                     max(0, a2a − the other's compute) of it is exposed: F takes cF + max(0, aF − cB) and the
-//                     backward, booked after it, cB + max(0, aB − cF) (cB = I, or I + W for B). DeepSeek's
-//                     DualPipe hides its MoE all-to-alls the same way. Alone, an action exposes all of its a2a.
+//                     (forward_all_to_all, backward_all_to_all) runs while the other side computes, timed by
+//                     time_overlapped_pair (overlap_pair_timing.hpp): with the waits counted
+//                     (forward_all_to_all_waits, backward_all_to_all_waits) the executor's baton over equal
+//                     segments, each wait hidden only by the other side's one segment that runs during it, the
+//                     exchange's own time (forward_all_to_all_own, backward_all_to_all_own) never;
+//                     uncounted (0), max(0, a2a − the other's whole compute). F is booked cF + its exposed part,
+//                     the backward after it cB + its (cB = I, or I + W for B); under PairCores::kShared (more
+//                     ranks than cores) each side also keeps its hidden part: the hand-over takes a co-runner's
+//                     core time, so the step gains nothing (SimulationResult::shared_core_all_to_all). DeepSeek's
+//                     DualPipe hides its MoE all-to-alls this way. Alone, an action exposes all of its a2a.
 // Event-driven: ranks are advanced in order of the time they become free; a rank whose next compute
 // waits for a SEND not yet simulated is parked until that SEND is. Start times are max(rank free, inputs
 // ready), so the result does not depend on processing order. With zero latency the timing is exactly
@@ -34,6 +40,7 @@
 #include <vector>
 
 #include "pipeline/dependencies.hpp"
+#include "pipeline/overlap_pair_timing.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/timeline.hpp"
 
@@ -50,6 +57,15 @@ struct StageCost {
   // hide behind the other side's compute (see the model above).
   double forward_all_to_all = 0.0;
   double backward_all_to_all = 0.0;
+  // How many waits each splits into (the MoE block's count exchange, dispatch, combine: 3 per block in F; the
+  // dispatch's and combine's gradients: 2 in I); 0 = not counted (the pair hides it behind the other side's whole
+  // compute, an upper bound on what the executor's baton hides).
+  int forward_all_to_all_waits = 0;
+  int backward_all_to_all_waits = 0;
+  // Of each all-to-all, the exchange's own time (the rank's work inside the calls: posting, shared-memory copies),
+  // which a pair never hides (overlap_pair_timing.hpp); at most the all-to-all. 0 = all of it is waiting.
+  double forward_all_to_all_own = 0.0;
+  double backward_all_to_all_own = 0.0;
   // Added to the transfer time of what this stage's F sends on (its activation) and of what its I or B sends
   // back (its input gradient), on top of p2p_latency + bytes / p2p_bandwidth: the time the receiver waits at that
   // transfer for what the sender lost (the planner's point_to_point_wait). 0 = none.
@@ -65,6 +81,9 @@ struct SimulationCosts {
   // The rank waits for its own transfers (the model above): a published run's p2p on the critical path.
   bool blocking_p2p = false;
   bool blocking_fb_pairs = false;  // with blocking_p2p: Megatron-LM's interleaved steady state (above)
+  // Who pays for an overlapped pair's hidden all-to-all (overlap_pair_timing.hpp): kSpare, the step gains it;
+  // kShared (the plan's ranks outnumber the node's cores), the step keeps it.
+  PairCores pair_cores = PairCores::kSpare;
   // Optional replay of a measured step: per rank, per action of the LOWERED schedule, the duration of that
   // work action (F / I / W / B / REDUCE_GRAD / OPTIMIZER_STEP), used instead of its cost above; a negative
   // entry (and every SEND / RECV entry) keeps the cost above. Empty = the costs above everywhere.
@@ -81,6 +100,8 @@ struct SimulationResult {
   TimelineStats stats;
   // Per rank: the all-to-all time its actions waited for (not hidden behind a paired action's compute).
   std::vector<double> exposed_all_to_all;
+  // Per rank: of the all-to-all its pairs hid, what still took step time (PairCores::kShared; 0 under kSpare).
+  std::vector<double> shared_core_all_to_all;
 };
 
 // Throws Error for an invalid schedule (the validator's message) or a cost table of the wrong size or

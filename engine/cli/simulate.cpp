@@ -89,6 +89,16 @@ bubble fractions and the peak live activations per rank, followed by the schedul
             "parallelism; default 0,0), on top of --costs")
       .flag("--overlap", "run F&B pairs overlapped (parallel.moe_a2a_overlap: each side's all-to-all\n"
             "hidden behind the other's compute; pipeline/overlap_schedule.hpp)")
+      .text("--all-to-all-waits", "NF,NB",
+            "with --overlap: the waits each all-to-all splits into (3,2 per MoE block: count\n"
+            "exchange, dispatch, combine; their gradients); each hides only behind the other\n"
+            "side's segment (pipeline/overlap_pair_timing.hpp). Default 0,0: not split")
+      .text("--all-to-all-own", "OF,OB",
+            "with --overlap: of --all-to-all, the exchanges' own time (the rank's work\n"
+            "inside the calls; over shared memory the copies), which a pair never hides\n"
+            "(default 0,0)")
+      .flag("--shared-cores", "with --overlap: the ranks outnumber the cores, so what a pair hides buys\n"
+            "no step time (a waiting rank's core runs another rank)")
       .number("--p2p-latency", "X", "ms per point-to-point message", 0)
       .number("--p2p-bandwidth", "G", "GB/s per link (default: infinite); used with --message-bytes", 0)
       .number("--message-bytes", "N", "bytes of one activation / gradient message", 0)
@@ -121,13 +131,16 @@ struct Options {
   double forward = 1.0, backward_input = 1.0, backward_weight = 1.0;
   double latency_ms = 0.0, bandwidth_gbps = 0.0, message_bytes = 0.0;
   double forward_all_to_all = 0.0, backward_all_to_all = 0.0;
-  bool overlap = false;
+  double forward_own = 0.0, backward_own = 0.0;
+  bool overlap = false, shared_cores = false;
+  int forward_waits = 0, backward_waits = 0;
   std::string trace_path, svg_path, save_path;
   bool lowered = false, json = false;
 };
 
-// `count` comma-separated numbers >= 0 (ms) of `flag`.
-std::vector<double> parse_ms_list(std::string_view text, std::size_t count, const char* flag, const char* form) {
+// `count` comma-separated numbers >= 0 (`unit`) of `flag`.
+std::vector<double> parse_ms_list(std::string_view text, std::size_t count, const char* flag, const char* form,
+                                  const char* unit = "in ms") {
   std::vector<double> values;
   std::size_t pos = 0;
   while (true) {
@@ -137,13 +150,13 @@ std::vector<double> parse_ms_list(std::string_view text, std::size_t count, cons
     auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
     CLEAVE_CHECK_INPUT(!part.empty() && ec == std::errc() && ptr == part.data() + part.size() && std::isfinite(value) &&
                      value >= 0,
-                 "simulate: {} expects {} ({} numbers >= 0, in ms), got '{}'", flag, form, count, text);
+                 "simulate: {} expects {} ({} numbers >= 0, {}), got '{}'", flag, form, count, unit, text);
     values.push_back(value);
     if (comma == std::string_view::npos) break;
     pos = comma + 1;
   }
-  CLEAVE_CHECK_INPUT(values.size() == count, "simulate: {} expects {} ({} numbers >= 0, in ms), got '{}'", flag, form, count,
-               text);
+  CLEAVE_CHECK_INPUT(values.size() == count, "simulate: {} expects {} ({} numbers >= 0, {}), got '{}'", flag, form,
+                     count, unit, text);
   return values;
 }
 
@@ -172,6 +185,26 @@ Options read_options(const Args& args) {
     options.backward_all_to_all = a2a[1];
   }
   options.overlap = args.on("--overlap");
+  options.shared_cores = args.on("--shared-cores");
+  if (args.given("--all-to-all-own")) {
+    const auto own = parse_ms_list(args.text("--all-to-all-own"), 2, "--all-to-all-own", "OF,OB");
+    CLEAVE_CHECK_INPUT(own[0] <= options.forward_all_to_all && own[1] <= options.backward_all_to_all,
+                       "simulate: --all-to-all-own {} exceeds --all-to-all {},{}: the own time is part of the "
+                       "all-to-all", args.text("--all-to-all-own"), options.forward_all_to_all,
+                       options.backward_all_to_all);
+    options.forward_own = own[0];
+    options.backward_own = own[1];
+  }
+  if (args.given("--all-to-all-waits")) {
+    const auto waits = parse_ms_list(args.text("--all-to-all-waits"), 2, "--all-to-all-waits", "NF,NB",
+                                     "whole numbers");
+    CLEAVE_CHECK_INPUT(waits[0] == std::floor(waits[0]) && waits[1] == std::floor(waits[1]) && waits[0] <= 1e6 &&
+                           waits[1] <= 1e6,
+                       "simulate: --all-to-all-waits expects NF,NB (2 whole numbers >= 0), got '{}'",
+                       args.text("--all-to-all-waits"));
+    options.forward_waits = static_cast<int>(waits[0]);
+    options.backward_waits = static_cast<int>(waits[1]);
+  }
   options.latency_ms = args.number("--p2p-latency");
   options.bandwidth_gbps = args.number("--p2p-bandwidth");
   options.message_bytes = args.number("--message-bytes");
@@ -192,7 +225,12 @@ pipeline::SimulationCosts make_costs(const Options& options, int num_stages) {
     stage.output_bytes = options.message_bytes;
     stage.forward_all_to_all = options.forward_all_to_all;
     stage.backward_all_to_all = options.backward_all_to_all;
+    stage.forward_all_to_all_own = options.forward_own;
+    stage.backward_all_to_all_own = options.backward_own;
+    stage.forward_all_to_all_waits = options.forward_waits;
+    stage.backward_all_to_all_waits = options.backward_waits;
   }
+  if (options.shared_cores) costs.pair_cores = pipeline::PairCores::kShared;
   return costs;
 }
 
@@ -297,7 +335,8 @@ nlohmann::json simulation_json(const pipeline::Schedule& schedule, const Options
                         {"bubble_fraction", stats.bubble_fraction},
                         {"stage_bubble_fraction", stats.stage_bubble_fraction},
                         {"overlapped_pairs", pipeline::count_overlapped_pairs(sim.lowered)},
-                        {"exposed_all_to_all", sim.exposed_all_to_all}};
+                        {"exposed_all_to_all", sim.exposed_all_to_all},
+                        {"shared_core_all_to_all", sim.shared_core_all_to_all}};
   out["costs_ms"]["forward_all_to_all"] = options.forward_all_to_all;
   out["costs_ms"]["backward_all_to_all"] = options.backward_all_to_all;
   nlohmann::json ranks = nlohmann::json::array();

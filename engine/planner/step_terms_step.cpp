@@ -99,7 +99,8 @@ void hide_paired_all_to_all(const run_plan::Plan& plan, int rank, const pipeline
     if (a.kind == pipeline::ActionKind::kForward) all_to_all += sim.stages[s].forward_all_to_all;
     if (pipeline::is_backward_input(a.kind)) all_to_all += sim.stages[s].backward_all_to_all;
   }
-  const double hidden = std::max(0.0, all_to_all - result.exposed_all_to_all[static_cast<std::size_t>(rank)]);
+  const auto r = static_cast<std::size_t>(rank);  // kShared: what the pairs handed off still took step time
+  const double hidden = std::max(0.0, all_to_all - result.exposed_all_to_all[r] - result.shared_core_all_to_all[r]);
   busy[StepTerm::kExpertAllToAll] -= hidden;
   busy.hidden_at(StepTerm::kExpertAllToAll) += hidden;
 }
@@ -158,6 +159,10 @@ pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vect
       sc.backward_all_to_all = st.input_grad[StepTerm::kExpertAllToAll] - holder * st.ep_meetings.all_to_alls_backward;
       sc.forward -= sc.forward_all_to_all;
       sc.backward_input -= sc.backward_all_to_all;
+      // The baton's hand-over points: every all-to-all and count exchange the pass waits on.
+      sc.forward_all_to_all_waits = static_cast<int>(st.ep_meetings.all_to_alls_forward + st.ep_meetings.counts_forward);
+      sc.backward_all_to_all_waits =
+          static_cast<int>(st.ep_meetings.all_to_alls_backward + st.ep_meetings.counts_backward);
     }
     sc.backward_weight = st.weight_grad.total();
     sc.reduce_grad = st.reduce_grad.total();
@@ -190,6 +195,8 @@ pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vect
   }
   sim.p2p_latency = c.choice->pp > 1 ? c.p2p_link->latency_s : 0.0;
   sim.p2p_bandwidth = c.p2p_link->bandwidth_Bps;
+  // More ranks than cores: a waiting rank's core runs a co-runner, so what the pairs hide buys no step time.
+  if (plan.schedule.overlap_fb_pairs && c.oversubscription > 1) sim.pair_cores = pipeline::PairCores::kShared;
   sim.blocking_p2p = c.options->blocking_p2p;
   sim.blocking_fb_pairs = c.options->blocking_p2p && c.choice->schedule == "interleaved_1f1b";
   const partition::MeasuredCosts& measured = c.profile->measured;

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/vector_isa.hpp"
+
 namespace cleave::kernels::cpu {
 
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
@@ -30,5 +32,12 @@ struct AdamWTensor {
 };
 void adamw_update_many(const AdamWTensor* tensors, int64_t count, float lr, float beta1, float beta2, float eps,
                        int64_t step);
+
+// One vector path (vector_isa.hpp); the two above run the widest. Every path gives the same bits. For tests and
+// benchmarks.
+void adamw_update_isa(VectorIsa isa, float* param, const float* grad, float* m, float* v, int64_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay, int64_t step);
+void adamw_update_many_isa(VectorIsa isa, const AdamWTensor* tensors, int64_t count, float lr, float beta1,
+                           float beta2, float eps, int64_t step);
 
 }  // namespace cleave::kernels::cpu

@@ -1,13 +1,17 @@
 // AdamW against a hand-written double reference of torch.optim.AdamW over several steps (bias
 // correction, decoupled weight decay), with and without weight decay; bad hyper-parameters throw. The multi-tensor
-// update gives adamw_update's bits per tensor at 1 and 2 threads.
+// update gives adamw_update's bits per tensor at 1 and 2 threads; every vector path at 1, 2 and 3 threads gives the
+// bits of a scalar loop in the kernel's order of operations.
 #include "kernels/cpu/adamw.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
+#include <vector>
 
+#include "kernels/adamw_constants.hpp"
 #include "kernel_test_util.hpp"
 #include "support/isa_paths.hpp"
 
@@ -84,6 +88,63 @@ TEST(KernelAdamW, ManyTensorsGiveThePerTensorBits) {
   float p = 1.0f, g = 1.0f, m = 0.0f, v = 0.0f;
   const AdamWTensor one{&p, &g, &m, &v, 1, 0.0f};
   EXPECT_THROW(adamw_update_many(&one, 1, 1e-3f, 0.9f, 0.999f, 0.0f, 1), Error);
+}
+
+// The kernel's order of operations, one element at a time, without contraction into FMA (as the kernel is compiled).
+__attribute__((optimize("fp-contract=off"))) void adamw_scalar(const AdamWConstants& k, float& p, float g, float& m,
+                                                              float& v) {
+  m = m + k.one_minus_beta1 * (g - m);
+  v = k.beta2 * v + k.one_minus_beta2 * g * g;
+  const float decayed = p * k.decay;
+  p = decayed - k.step_size * m / (std::sqrt(v) * k.inv_bc2_sqrt + k.eps);
+}
+
+// Operands over 30 binades (so an order change rounds differently), lengths at and off every vector width, 40003
+// sharing a team; three steps of adamw_update_isa and adamw_update_many_isa (two tensors cut at an odd length) on each
+// path at 1, 2 and 3 threads against the scalar loop, bit for bit; an infinite gradient and a NaN parameter propagate.
+TEST(KernelAdamW, EveryIsaPathAndThreadCountGivesTheSameBits) {
+  const float lr = 3e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  for (const int64_t n : {1, 7, 16, 17, 130, 1000, 40003}) {
+    const auto size = static_cast<size_t>(n);
+    const auto p0 = test::random_floats_spanning_binades(size, 500, 30);
+    auto v0 = test::random_floats_spanning_binades(size, 501, 30);
+    for (float& x : v0) x = std::fabs(x);
+    const auto m0 = test::random_floats_spanning_binades(size, 502, 30);
+    std::vector<std::vector<float>> grads;
+    for (uint64_t s = 0; s < 3; ++s) grads.push_back(test::random_floats_spanning_binades(size, 503 + s, 30));
+    if (n >= 17) {
+      grads[1][n / 2] = std::numeric_limits<float>::infinity();
+      grads[2][n - 1] = std::numeric_limits<float>::quiet_NaN();
+    }
+    std::vector<float> want_p = p0, want_m = m0, want_v = v0;
+    for (int64_t step = 1; step <= 3; ++step) {
+      const AdamWConstants k = kernels::adamw_constants(lr, b1, b2, eps, wd, step);
+      for (size_t i = 0; i < size; ++i) adamw_scalar(k, want_p[i], grads[step - 1][i], want_m[i], want_v[i]);
+    }
+    test::for_each_isa_path_and_threads([&](VectorIsa isa, int threads) {
+      const std::string at = test::isa_label(isa) + ", " + std::to_string(threads) + " threads, n " + std::to_string(n);
+      std::vector<float> p = p0, m = m0, v = v0, pm = p0, mm = m0, vm = v0;
+      const int64_t cut = n / 3;  // the multi-tensor update's two tensors: [0, cut) and [cut, n)
+      for (int64_t step = 1; step <= 3; ++step) {
+        const float* g = grads[static_cast<size_t>(step - 1)].data();
+        adamw_update_isa(isa, p.data(), g, m.data(), v.data(), n, lr, b1, b2, eps, wd, step);
+        const AdamWTensor two[] = {{pm.data(), g, mm.data(), vm.data(), cut, wd},
+                                   {pm.data() + cut, g + cut, mm.data() + cut, vm.data() + cut, n - cut, wd}};
+        adamw_update_many_isa(isa, two, 2, lr, b1, b2, eps, step);
+      }
+      EXPECT_TRUE(test::same_bits(p, want_p)) << at << " param";
+      EXPECT_TRUE(test::same_bits(m, want_m)) << at << " m";
+      EXPECT_TRUE(test::same_bits(v, want_v)) << at << " v";
+      EXPECT_TRUE(test::same_bits(pm, want_p)) << at << " param, many";
+      EXPECT_TRUE(test::same_bits(mm, want_m)) << at << " m, many";
+      EXPECT_TRUE(test::same_bits(vm, want_v)) << at << " v, many";
+    });
+    EXPECT_FALSE(test::same_bits(want_p, p0)) << "n " << n << ": not updated";
+    if (n >= 17) {
+      EXPECT_TRUE(std::isnan(want_p[static_cast<size_t>(n / 2)]));  // inf / inf
+      EXPECT_TRUE(std::isnan(want_p[size - 1]));
+    }
+  }
 }
 
 TEST(KernelAdamW, RejectsBadArguments) {

@@ -113,10 +113,12 @@ void plan_from_tensor_into(const Tensor& t, DispatchPlan& plan) {
 namespace {
 
 Tensor exchange(const Tensor& rows, std::span<const std::int64_t> send_rows, std::span<const std::int64_t> recv_rows,
-                std::int64_t out_rows, Context& ctx) {
+                std::int64_t out_rows, std::int64_t capacity_rows, Context& ctx) {
   CLEAVE_ASSERT(ctx.ep_comm != nullptr, "expert dispatch without an ep communicator");
   const std::int64_t width = rows.shape().last();
-  Tensor out = new_activation(ctx, Shape{out_rows, width}, rows.dtype());
+  // The first out_rows rows of a block of capacity_rows (when larger): one size a step for a caller that keeps one.
+  Tensor out =
+      new_activation(ctx, Shape{std::max(capacity_rows, out_rows), width}, rows.dtype()).slice(0, out_rows);
   const comm::WorkPtr work =
       ctx.ep_comm->all_to_all_v(rows.view(Shape{rows.numel() / width, width}), send_rows, out, recv_rows, *ctx.stream);
   wait_comm(ctx, *work);  // an overlapped pair's phase boundary (comm_wait.hpp)
@@ -125,14 +127,14 @@ Tensor exchange(const Tensor& rows, std::span<const std::int64_t> send_rows, std
 
 }  // namespace
 
-Tensor dispatch_rows(const Tensor& rows, const DispatchPlan& plan, Context& ctx) {
-  return exchange(rows, plan.send_rows, plan.recv_rows, plan.received(), ctx);
+Tensor dispatch_rows(const Tensor& rows, const DispatchPlan& plan, Context& ctx, std::int64_t capacity_rows) {
+  return exchange(rows, plan.send_rows, plan.recv_rows, plan.received(), capacity_rows, ctx);
 }
 
-Tensor combine_rows(const Tensor& rows, const DispatchPlan& plan, Context& ctx) {
+Tensor combine_rows(const Tensor& rows, const DispatchPlan& plan, Context& ctx, std::int64_t capacity_rows) {
   std::int64_t sent = 0;
   for (std::int64_t r : plan.send_rows) sent += r;
-  return exchange(rows, plan.recv_rows, plan.send_rows, sent, ctx);
+  return exchange(rows, plan.recv_rows, plan.send_rows, sent, capacity_rows, ctx);
 }
 
 }  // namespace cleave::layers

@@ -58,8 +58,12 @@ DispatchPlan plan_from_tensor(const Tensor& t);
 void plan_from_tensor_into(const Tensor& t, DispatchPlan& plan);
 
 // rows [R, D] (routed rows, R = Σ send_rows) -> the rows of this rank's experts [received(), D]. Blocking.
-Tensor dispatch_rows(const Tensor& rows, const DispatchPlan& plan, Context& ctx);
-// The inverse: rows [received(), D'] computed for the senders -> [R, D'] in this rank's routed-row layout.
-Tensor combine_rows(const Tensor& rows, const DispatchPlan& plan, Context& ctx);
+// `capacity_rows` (0: none): the result is the first received() rows of a block of max(capacity_rows, received())
+// rows, so a caller that passes one capacity every step asks the allocator for one size (the received rows follow
+// the routing; a size the cache holds no block for would take a new one: moe_mlp.hpp, row_capacity_).
+Tensor dispatch_rows(const Tensor& rows, const DispatchPlan& plan, Context& ctx, std::int64_t capacity_rows = 0);
+// The inverse: rows [received(), D'] computed for the senders -> [R, D'] in this rank's routed-row layout (R is
+// fixed by the micro-batch: `capacity_rows` is accepted for a common signature and works the same way).
+Tensor combine_rows(const Tensor& rows, const DispatchPlan& plan, Context& ctx, std::int64_t capacity_rows = 0);
 
 }  // namespace cleave::layers

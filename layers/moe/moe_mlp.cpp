@@ -94,11 +94,13 @@ Tensor rows_of(const Tensor& t) { return t.view(Shape{t.numel() / t.shape().last
 
 // Under ep: dispatch_rows or combine_rows inside the all-to-all timers (the router log's exposed all-to-all time and
 // --explain's expert_all_to_all row). `plan`: the micro-batch's (the layer's host_.plan, read back by blocks_of).
-Tensor timed_exchange(Tensor (*exchange)(const Tensor&, const DispatchPlan&, Context&), const Tensor& rows,
-                      const DispatchPlan& plan, const std::string& block, AllToAllKind kind, Context& ctx) {
+// `capacity`: the receive's rows capacity (dispatch_rows).
+using RowExchange = Tensor (*)(const Tensor&, const DispatchPlan&, Context&, std::int64_t);
+Tensor timed_exchange(RowExchange exchange, const Tensor& rows, const DispatchPlan& plan, const std::string& block,
+                      AllToAllKind kind, std::int64_t capacity, Context& ctx) {
   const AllToAllTimer timer(ctx, block, kind);
   const CommWaitTimer wait_timer(ctx, CommKind::kExpertAllToAll);
-  return exchange(rows, plan, ctx);
+  return exchange(rows, plan, ctx, capacity);
 }
 
 // Sequence parallelism: which of the n routed rows of `full` (all-gathered, t tokens per sample) are this tp rank's
@@ -244,12 +246,13 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
     }
     plan_tensor = plan_to_tensor(host_.plan);
     const AllToAllTimer timer(ctx, block_, AllToAllKind::kDispatch);
-    xp = dispatch_rows(xp, host_.plan, ctx);
+    row_capacity_ = std::max(row_capacity_, host_.plan.received());  // the largest seen (moe_mlp.hpp)
+    xp = dispatch_rows(xp, host_.plan, ctx, row_capacity_);
   }
   const Blocks& blocks = blocks_of(routing.counts, plan_tensor);
   ExpertActivations act = experts_forward(ctx, xp, blocks);
   // Under ep, back into this rank's routed-row layout (the experts' output rows are released here).
-  if (ep) act.o = timed_exchange(combine_rows, act.o, host_.plan, block_, AllToAllKind::kCombine, ctx);
+  if (ep) act.o = timed_exchange(combine_rows, act.o, host_.plan, block_, AllToAllKind::kCombine, 0, ctx);
   Tensor y_full = new_activation(ctx, full.shape());
   ops::moe_combine(ctx, act.o, up.token_row, up.weight, rows_of(y_full));
   Tensor y = reduce_over_tp(y_full, sp, ctx);
@@ -287,9 +290,11 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   // The experts, backwards (under ep: the output gradients travel to the experts' ranks, the input gradients back).
   Tensor d_o = new_activation(ctx, Shape{r, d_});
   ops::moe_gather(ctx, dyf, stash.tensors[kRowToken], stash.tensors[kRowWeight], d_o);
-  if (ep) d_o = timed_exchange(dispatch_rows, d_o, host_.plan, block_, AllToAllKind::kDispatchGrad, ctx);
+  if (ep) {
+    d_o = timed_exchange(dispatch_rows, d_o, host_.plan, block_, AllToAllKind::kDispatchGrad, row_capacity_, ctx);
+  }
   ExpertGrads grads = experts_backward(ctx, d_o, stash.tensors[kG], stash.tensors[kU], blocks);
-  if (ep) grads.dxp = timed_exchange(combine_rows, grads.dxp, host_.plan, block_, AllToAllKind::kCombineGrad, ctx);
+  if (ep) grads.dxp = timed_exchange(combine_rows, grads.dxp, host_.plan, block_, AllToAllKind::kCombineGrad, 0, ctx);
   Tensor dx_full = new_activation(ctx, full.shape());
   ops::moe_combine(ctx, grads.dxp, stash.tensors[kTokenRow], Tensor(), rows_of(dx_full));
 
@@ -317,16 +322,20 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   return dx;
 }
 
+Tensor MoeMlp::expert_rows(const Context& ctx, std::int64_t rows, std::int64_t width) const {
+  return new_activation(ctx, Shape{std::max(rows, row_capacity_), width}).slice(0, rows);
+}
+
 MoeMlp::ExpertActivations MoeMlp::experts_forward(Context& ctx, const Tensor& xp, const Blocks& blocks) const {
   const std::int64_t rows = rows_of_blocks(blocks);
   ExpertActivations a;
-  a.g = new_activation(ctx, Shape{rows, f_local_});
-  a.u = new_activation(ctx, Shape{rows, f_local_});
+  a.g = expert_rows(ctx, rows, f_local_);
+  a.u = expert_rows(ctx, rows, f_local_);
   grouped(ctx, xp, gate_->compute(), a.g, blocks, true, 0.0f);
   grouped(ctx, xp, up_->compute(), a.u, blocks, true, 0.0f);
-  a.h = new_activation(ctx, Shape{rows, f_local_});
+  a.h = expert_rows(ctx, rows, f_local_);
   if (rows > 0) ops::swiglu_forward(ctx, a.g, a.u, a.h);
-  a.o = new_activation(ctx, Shape{rows, d_});
+  a.o = expert_rows(ctx, rows, d_);
   grouped(ctx, a.h, down_->compute(), a.o, blocks, true, 0.0f);
   return a;
 }
@@ -335,12 +344,12 @@ MoeMlp::ExpertGrads MoeMlp::experts_backward(Context& ctx, const Tensor& d_o, co
                                              const Blocks& blocks) const {
   const std::int64_t rows = rows_of_blocks(blocks);
   ExpertGrads d;
-  d.dh = new_activation(ctx, Shape{rows, f_local_});
+  d.dh = expert_rows(ctx, rows, f_local_);
   grouped(ctx, d_o, down_->compute(), d.dh, blocks, false, 0.0f);
-  d.dg = new_activation(ctx, Shape{rows, f_local_});
-  d.du = new_activation(ctx, Shape{rows, f_local_});
+  d.dg = expert_rows(ctx, rows, f_local_);
+  d.du = expert_rows(ctx, rows, f_local_);
   if (rows > 0) ops::swiglu_backward(ctx, g, u, d.dh, d.dg, d.du);
-  d.dxp = new_activation(ctx, Shape{rows, d_});
+  d.dxp = expert_rows(ctx, rows, d_);
   grouped(ctx, d.dg, gate_->compute(), d.dxp, blocks, false, 0.0f);
   grouped(ctx, d.du, up_->compute(), d.dxp, blocks, false, 1.0f);
   return d;

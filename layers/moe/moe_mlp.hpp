@@ -119,6 +119,8 @@ class MoeMlp final : public Layer {
   struct ExpertActivations {
     Tensor g, u, h, o;  // xp·gate^T, xp·up^T, silu(g) * u, h·down^T
   };
+  // A [rows, width] activation for this rank's expert rows: the first rows of a block of row_capacity_ rows.
+  Tensor expert_rows(const Context& ctx, std::int64_t rows, std::int64_t width) const;
   ExpertActivations experts_forward(Context& ctx, const Tensor& xp, const Blocks& blocks) const;
   // Its backward from the output rows' gradient d_o and the forward's g and u; dh is returned so that it lives as
   // long as the others (the layer's activation peak).
@@ -153,6 +155,14 @@ class MoeMlp final : public Layer {
     Blocks blocks;
   };
   HostWorkspace host_;
+  // Under ep: the rows every tensor of this rank's expert rows (the dispatch's receive, the experts' activations and
+  // gradients) is allocated for: the largest received() of any micro-batch so far (grows only; at most the worst
+  // case ep · R, R = tokens · k a micro-batch's routed rows, every source sending all its rows here). Each such
+  // tensor is the first received() rows of a block of this many, so the allocator is asked for the same sizes every
+  // step and serves them from its cache: a step takes a new block only when some micro-batch receives more rows
+  // than any before it. The memory plan prices the busiest step's rows already (ep_imbalance: max over steps).
+  // 0: ep 1 (the rows are R every step).
+  std::int64_t row_capacity_ = 0;
   std::string who_ = make_who();  // last: built once from the members above, so no call builds a string
 };
 

@@ -17,14 +17,19 @@
 // once (seen once at pp2 zb_v in a full suite run). At ep2 the storage is printed, not asserted (the experts' rows follow the routing: a size not cached yet takes a new
 // block). With the Work pool bypassed (one allocation per op put back) the comm area fails at every layout.
 // CLEAVE_HEAP_SITES=N prints the largest sites of each layout (rank 0).
+// Apart: at ep2 under a forced routing, once the warm-up has run each rank's busiest step, steps of other row counts
+// take no new storage block (the expert rows' capacity, moe_mlp.hpp; 25 a rank over 5 steps before it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "heap_counter.hpp"
+#include "layers/moe/forced_routing.hpp"
+#include "partition/families/moe.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "train_harness.hpp"
 
@@ -144,6 +149,51 @@ TEST(SteadyStateHeapMpi, TrainingStepsAllocateNothingInTheHeldAreas) {
                                             << " allocations of the engine, " << storage
                                             << " of them storage (docs/ops.md: none on the dense layouts)";
     }
+  }
+}
+
+// Rank 0's routed slots at optimizer step s under a forced routing (layers/moe/forced_routing.hpp: token n's
+// experts are a function of (s, n, j) alone, the same on every rank and micro-batch): rank 0 receives ep times this.
+std::int64_t rank0_slots(const partition::ForcedRouting& workload, std::int64_t s, std::int64_t tokens,
+                         std::int64_t experts, std::int64_t k) {
+  std::int64_t n = 0;
+  for (const std::int32_t e : layers::forced_experts(workload, s, tokens, experts, k)) n += e < experts / 2 ? 1 : 0;
+  return n;
+}
+
+// Expert parallelism's rows on this rank follow each step's routing (the dispatch's receive, the experts'
+// activations and gradients: received() rows). Sized to the layer's largest received rows so far (moe_mlp.hpp,
+// row_capacity_), once a step has received each rank's most rows the steps after it take no new storage block from
+// the system (stats().system_allocations) whatever they receive. A forced uniform routing picks the steps: the
+// warm-up runs the one where rank 0 receives most and the one where rank 1 does (ep 2: the other's fewest), twice;
+// the counted steps receive 5 other row counts. Before, each new count could take blocks.
+TEST(SteadyStateHeapMpi, ExpertParallelStepsTakeNoNewStorageBlockAfterTheBusiest) {
+  auto world = make_world();
+  ASSERT_EQ(world->size(), 2) << "run under mpiexec -n 2";
+  constexpr std::int64_t kTokens = 4 * 32, kExperts = 4, kTopK = 2;  // kMoe at micro-batch 4
+  const partition::ForcedRouting uniform = partition::forced_routing("uniform", kExperts, kTopK);
+  std::vector<std::int64_t> slots;
+  for (std::int64_t s = 0; s < 40; ++s) slots.push_back(rank0_slots(uniform, s, kTokens, kExperts, kTopK));
+  const auto most = std::max_element(slots.begin(), slots.end()) - slots.begin();
+  const auto fewest = std::min_element(slots.begin(), slots.end()) - slots.begin();
+  std::vector<std::int64_t> counted;  // steps of distinct counts strictly between the two
+  for (std::int64_t s = 0; s < 40 && counted.size() < 5; ++s) {
+    const bool seen = std::any_of(counted.begin(), counted.end(), [&](std::int64_t c) { return slots[c] == slots[s]; });
+    if (slots[s] < slots[most] && slots[s] > slots[fewest] && !seen) counted.push_back(s);
+  }
+  ASSERT_EQ(counted.size(), 5u);
+  const std::string model = std::string(kMoe).insert(std::string(kMoe).rfind('}'), R"(, "forced_routing": "uniform")");
+  train::Trainer trainer(small_model(model, {"parallel.expert_model_parallel_size=2"}), *world);
+  for (int round = 0; round < 2; ++round) {
+    trainer.step(static_cast<int>(most));
+    trainer.step(static_cast<int>(fewest));
+  }
+  const std::int64_t warm = trainer.memory_stats().system_allocations;
+  for (const std::int64_t s : counted) {
+    trainer.step(static_cast<int>(s));
+    EXPECT_EQ(trainer.memory_stats().system_allocations, warm)
+        << "ep2 step " << s << " (rank 0's slots " << slots[s] << ", " << slots[most] << " at most), rank "
+        << world->rank() << ": new storage blocks from the system";
   }
 }
 

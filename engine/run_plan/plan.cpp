@@ -297,10 +297,14 @@ std::string Plan::describe_partition() const {
   return fmt::format("blocks per stage [{}]", fmt::join(partition.blocks_per_stage(), ","));
 }
 
-std::string Plan::describe_schedule() const {
-  if (schedule.pp_size > 1) return "schedule " + schedule.name;
-  if (num_stages() > 1) return fmt::format("schedule {} on one rank, running its {} chunks", schedule.name, num_stages());
+std::string Plan::schedule_label() const {
+  if (schedule.pp_size > 1) return schedule.name;
+  if (num_stages() > 1) return fmt::format("{} on one rank, running its {} chunks", schedule.name, num_stages());
   return "single stage";
+}
+
+std::string Plan::describe_schedule() const {
+  return schedule.pp_size > 1 || num_stages() > 1 ? "schedule " + schedule_label() : schedule_label();
 }
 
 }  // namespace cleave::run_plan

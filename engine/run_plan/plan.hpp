@@ -38,6 +38,9 @@ struct Plan {
   // The schedule as the run log names it: "schedule 1f1b" over pp > 1 ranks, "schedule zb_v on one rank, running
   // its 2 chunks" when a multi-chunk schedule runs at pp 1, else "single stage".
   std::string describe_schedule() const;
+  // The same without the word "schedule", as run.json's "schedule" and the report's schedule row give it: "1f1b",
+  // "zb_v on one rank, running its 2 chunks", "single stage".
+  std::string schedule_label() const;
 };
 
 // Virtual stages used for a schedule: the config's value, except that interleaved_1f1b and zb_v use

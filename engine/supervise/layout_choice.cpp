@@ -24,8 +24,14 @@ namespace cleave::supervise {
 namespace fs = std::filesystem;
 
 std::string describe(const planner::PlanChoice& c) {
+  // The schedule as run.json names it (run_plan::Plan::schedule_label): a multi-chunk schedule at pp 1 runs its chunks
+  // on one rank.
+  const std::string schedule = c.pp > 1               ? c.schedule
+                               : c.virtual_stages > 1 ? fmt::format("{} on one rank, running its {} chunks", c.schedule,
+                                                                    c.virtual_stages)
+                                                      : std::string("single stage");
   return fmt::format("{}, micro {} x accum {}, {}{}", c.layout(), c.micro_batch,
-                     c.global_batch / (c.micro_batch * c.dp), c.pp > 1 ? c.schedule : std::string("single stage"),
+                     c.global_batch / (c.micro_batch * c.dp), schedule,
                      c.zero_stage > 0 ? fmt::format(", ZeRO-{}", c.zero_stage) : std::string());
 }
 

@@ -467,7 +467,8 @@ int run_simulate_config(int argc, char** argv) {
   const planner::PlanChoice choice = planner::choice_of_config(config_path, overrides, world);
   planner::PlanDetails details;
   const planner::PlanEstimate e = planner::estimate_plan(config_path, overrides, choice, profile, options, &details);
-  CLEAVE_CHECK(e.valid, "simulate --config: {}", e.reason);
+  // The config's own plan refused (a refused key named with where it came from, "config FILE: key: ..."): bad input.
+  CLEAVE_CHECK_INPUT(e.valid, "simulate --config: {}", e.reason);
   const partition::ModelSpec spec = run_plan::model_spec(base.model);
   const Simulated simulated{choice, e, details, profile, options,
                             partition::is_language_model(base.model.type) ? "tok" : "samples",

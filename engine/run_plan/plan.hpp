@@ -47,7 +47,8 @@ struct Plan {
 // their default (2) when the config leaves it at 1.
 int effective_virtual_stages(const config::RunConfig& config);
 
-// Throws Error for a layout the engine cannot run (more stages than blocks, a schedule the batch cannot feed), and
+// Throws Error for a layout the engine cannot run (a schedule the batch cannot feed; more stages than blocks: a
+// ConfigKeyError on parallel.pipeline_model_parallel_size, or virtual_pipeline_stages where the config sets it), and
 // InputError (bad input, exit 64) for a memory cap the split exceeds: one error with the numbers, when a rank's
 // memory plan exceeds device.memory_limit.
 // cpu is the run's resolved CPU kernels the memory plan reads (memory_plan.hpp, CpuKernels); without it

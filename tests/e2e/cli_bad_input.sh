@@ -456,6 +456,17 @@ cmd_error plan-ep-peak-below-config-stash "plan: --ep-peak-imbalance 1\\.2 is be
     --set parallel.ep_stash_imbalance=1.5 --ep-peak-imbalance 1.2
 cmd_error simulate-stash-limits "simulate: give the auto scheduler's limit once" simulate --schedule auto --stages 2 --microbatches 4 --max-stashes 2 --memory-limit 1MiB --stash-bytes 1024
 cmd_error simulate-config-gather-dtype "simulate --config: --param-gather-dtype 'f16' is f32" simulate --config ck1/config.json --world 1 --param-gather-dtype f16
+# More stages than the model has blocks: the key named with where it came from, as the config reader's refusals are
+# ("config FILE: key: ..." or "--set k=v: key: ..."; it was "parallel: 8 pipeline stages ..."), in train and verify
+# (train::plan_before_world) and simulate --config (which exited 1; plan's refused candidates are worded alike:
+# PlanSearch.ARefusedCandidate...). A one-layer GPT has 5 blocks.
+printf '{"model": {"n_layers": 1}, "parallel": {"schedule": "interleaved_1f1b", "virtual_pipeline_stages": 8}}' > stages.json
+stages_refusal='parallel\.virtual_pipeline_stages: 8 pipeline stages \(pipeline_model_parallel_size 1 x virtual stages 8\) but the model has only 5 blocks'
+cmd_error train-stages-file "error: config stages\.json: $stages_refusal" train stages.json --set train.out_dir=out
+cmd_error train-stages-set "error: --set parallel\.virtual_pipeline_stages=8: $stages_refusal" train --set train.out_dir=out \
+    --set model.n_layers=1 --set parallel.schedule=interleaved_1f1b --set parallel.virtual_pipeline_stages=8
+cmd_error simulate-config-stages "error: simulate --config: config stages\.json: $stages_refusal" \
+    simulate --config stages.json --world 1 --profile "$src/profiles/h100_sxm.json" --svg out
 [ -e same.json ] && { echo "FAIL same.json was written"; failures=$((failures + 1)); }
 for kept in exists.json bench_out/bench.json tok_out/train.bin; do
   [ "$(cat "$kept")" = keep ] || { echo "FAIL $kept was changed"; failures=$((failures + 1)); }

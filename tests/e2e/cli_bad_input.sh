@@ -467,6 +467,13 @@ cmd_error train-stages-set "error: --set parallel\.virtual_pipeline_stages=8: $s
     --set model.n_layers=1 --set parallel.schedule=interleaved_1f1b --set parallel.virtual_pipeline_stages=8
 cmd_error simulate-config-stages "error: simulate --config: config stages\.json: $stages_refusal" \
     simulate --config stages.json --world 1 --profile "$src/profiles/h100_sxm.json" --svg out
+# The ep imbalance flags at ep 1: refused as train refuses the config's keys there, whatever their value (simulate
+# took them silently; plan takes them for its ep > 1 candidates).
+printf '{"model": {"type": "moe"}}' > moe_ep1.json
+for flag in --ep-imbalance --ep-stash-imbalance --ep-peak-imbalance; do
+  cmd_error "simulate-config${flag#-}-at-ep-1" "simulate --config: $flag 1\.5 sizes the routed rows expert parallelism sends a rank, and parallel\.expert_model_parallel_size is 1 .*drop $flag" \
+      simulate --config moe_ep1.json --world 1 --profile "$src/profiles/h100_sxm.json" $flag 1.5
+done
 [ -e same.json ] && { echo "FAIL same.json was written"; failures=$((failures + 1)); }
 for kept in exists.json bench_out/bench.json tok_out/train.bin; do
   [ "$(cat "$kept")" = keep ] || { echo "FAIL $kept was changed"; failures=$((failures + 1)); }

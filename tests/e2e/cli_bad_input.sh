@@ -164,6 +164,9 @@ run_input run-virtual-stages 'parallel\.virtual_pipeline_stages: schedule 1f1b' 
     --set parallel.virtual_pipeline_stages=3
 run_input run-no-slots 'run: give --slots N or --hostfile FILE' -- "${set_out[@]}"
 run_input run-no-dashes 'run: put the training job after --' --slots 1
+# The config among run's own options (no --): the refusal says where it goes (it said only "unexpected argument").
+run_input run-config-before-dashes "run: unexpected argument 'nope\.json' .*; the training job \(CONFIG\.json, its --set\) goes after --, e\.g\. cleave run --slots 4 -- CONFIG\.json" \
+    --slots 1 nope.json
 # Inside a SLURM allocation without --slots, SLURM_NTASKS gives the slots: a malformed value is refused (atoi read
 # "4x" as 4 and "abc" as 0).
 for ntasks in abc 4x 0; do
@@ -474,6 +477,10 @@ for flag in --ep-imbalance --ep-stash-imbalance --ep-peak-imbalance; do
   cmd_error "simulate-config${flag#-}-at-ep-1" "simulate --config: $flag 1\.5 sizes the routed rows expert parallelism sends a rank, and parallel\.expert_model_parallel_size is 1 .*drop $flag" \
       simulate --config moe_ep1.json --world 1 --profile "$src/profiles/h100_sxm.json" $flag 1.5
 done
+# simulate's two forms mixed: the schedule form's options with --config say which key the config sets instead (they
+# were refused as unknown options of simulate --config).
+cmd_error simulate-config-schedule-form "simulate: --config simulates the config's own plan, and --stages belongs to the schedule form \(no --config\); the config sets it as parallel\.pipeline_model_parallel_size: drop --stages and give --set parallel\.pipeline_model_parallel_size=VALUE" \
+    simulate --config ck1/config.json --world 1 --stages 2
 [ -e same.json ] && { echo "FAIL same.json was written"; failures=$((failures + 1)); }
 for kept in exists.json bench_out/bench.json tok_out/train.bin; do
   [ "$(cat "$kept")" = keep ] || { echo "FAIL $kept was changed"; failures=$((failures + 1)); }

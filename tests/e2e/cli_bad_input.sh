@@ -162,6 +162,10 @@ run_input run-data-missing 'data file .*no/such/file\.txt: no such file' --slots
     --set data.path=no/such/file.txt
 run_input run-virtual-stages 'parallel\.virtual_pipeline_stages: schedule 1f1b' --slots 1 -- "${set_out[@]}" \
     --set parallel.virtual_pipeline_stages=3
+# A config whose plan the engine refuses (more stages than the 5 blocks of a one-layer GPT): before any job (a job was
+# started, and its first attempt stopped with the refusal), its key named with where it came from.
+run_input run-too-many-stages 'run: the config does not run on the 1 slot given: --set parallel\.virtual_pipeline_stages=8: parallel\.virtual_pipeline_stages: 8 pipeline stages .*nothing was started' \
+    --slots 1 -- "${set_out[@]}" --set model.n_layers=1 --set parallel.schedule=interleaved_1f1b --set parallel.virtual_pipeline_stages=8
 run_input run-no-slots 'run: give --slots N or --hostfile FILE' -- "${set_out[@]}"
 run_input run-no-dashes 'run: put the training job after --' --slots 1
 # The config among run's own options (no --): the refusal says where it goes (it said only "unexpected argument").

@@ -47,4 +47,11 @@ void check_expert_parallel(const ModelSpec& spec, int ep, int dp, int cp) {
                    ep, dp, cp, dp_cp, fmt::join(allowed_ep_sizes(spec, dp_cp), ", "), ep);
 }
 
+std::string ep_figure_at_ep_one(double value, std::string_view fix) {
+  return fmt::format("{} sizes the routed rows expert parallelism sends a rank, and {} is 1 (every rank holds every "
+                     "expert: no rank receives more than its own tokens' rows); set expert_model_parallel_size > 1, "
+                     "or {}",
+                     value, kEpKey, fix);
+}
+
 }  // namespace cleave::partition

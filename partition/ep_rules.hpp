@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "partition/model_spec.hpp"
@@ -28,5 +30,10 @@ std::vector<std::int64_t> allowed_ep_sizes(const ModelSpec& spec, std::int64_t d
 
 // Throws ConfigKeyError unless ep_size keeps the rules above; dp_size <= 0: dp not known yet (that rule skipped).
 void check_expert_parallel(const ModelSpec& spec, int ep_size, int dp_size = 0, int cp_size = 1);
+
+// The refusal of an ep imbalance figure (`value`: parallel.ep_stash_imbalance, ep_peak_imbalance, or a command's
+// --ep-*imbalance flag) at ep 1, where every rank holds every expert and nothing reads it, then the way out `fix`
+// ("remove the key (or 0)", "drop --ep-imbalance"): one wording for the config's keys and the commands' flags.
+std::string ep_figure_at_ep_one(double value, std::string_view fix);
 
 }  // namespace cleave::partition

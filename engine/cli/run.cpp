@@ -84,7 +84,18 @@ int run_run(int argc, char** argv) {
     (after ? theirs : mine).push_back(a);
   }
   const ArgParser parser = run_args();
-  const Args args = parser.parse(mine);
+  // Without --, a config among run's own options was refused as an unexpected argument, which did not say where it
+  // goes: the refusal then says so.
+  const Args args = [&] {
+    try {
+      return parser.parse(mine);
+    } catch (const Error& e) {
+      if (after) throw;
+      throw InputError(fmt::format("{}; the training job (CONFIG.json, its --set) goes after --, e.g. cleave run "
+                                   "--slots 4 -- CONFIG.json --set ...",
+                                   e.what()));
+    }
+  }();
   if (parser.print_help_if_asked(args)) return 0;
   CLEAVE_CHECK_INPUT(after, "run: put the training job after --, e.g. cleave run --slots 4 -- CONFIG.json --set ...");
   supervise::SuperviseOptions o;

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/cli/args.hpp"
@@ -393,9 +394,32 @@ std::string simulation_text(const std::string& title, const Options& options, co
 
 }  // namespace
 
+// --config with an option of the schedule form: the config already fixes what the option would (it was refused as an
+// unknown option of simulate --config, which did not say where the value goes).
+static void check_one_form(int argc, char** argv) {
+  static constexpr std::pair<std::string_view, std::string_view> kScheduleForm[] = {
+      {"--schedule", "parallel.schedule"},
+      {"--stages", "parallel.pipeline_model_parallel_size"},
+      {"--microbatches", "batch.gradient_accumulation_steps"},
+      {"--virtual", "parallel.virtual_pipeline_stages"}};
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    for (const auto& [flag, key] : kScheduleForm) {
+      if (arg != flag && arg.rfind(std::string(flag) + "=", 0) != 0) continue;
+      throw InputError(fmt::format("simulate: --config simulates the config's own plan, and {} belongs to the schedule "
+                                   "form (no --config); the config sets it as {}: drop {} and give --set {}=VALUE, "
+                                   "or drop --config",
+                                   flag, key, flag, key));
+    }
+  }
+}
+
 int run_simulate(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--config") return run_simulate_config(argc, argv);
+    if (std::string_view(argv[i]) == "--config") {
+      check_one_form(argc, argv);
+      return run_simulate_config(argc, argv);
+    }
   }
   const ArgParser parser = simulate_args();
   const Args args = parser.parse(argc, argv);

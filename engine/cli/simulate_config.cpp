@@ -7,6 +7,7 @@
 // and the peak of the memory timeline over the step (bytes). No MPI: it simulates.
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -273,6 +274,17 @@ void apply_communication_options(const Args& args, const config::RunConfig& base
                "simulate --config: --ep-imbalance {} prices expert parallelism, and model.type {} has no experts (only "
                "\"moe\" has); drop --ep-imbalance", options.ep_imbalance, base.model.type);
   options.ep_memory = ep_memory_imbalance(args, "simulate --config", base);
+  // At ep 1 nothing reads them (as train and verify refuse the config's keys there, whatever their value); `cleave
+  // plan` takes them for its ep > 1 candidates, and the one plan simulated here is the config's, at its own ep.
+  if (base.parallel.expert_model_parallel_size == 1) {
+    for (const auto& [flag, value] : {std::pair{"--ep-imbalance", options.ep_imbalance},
+                                      {"--ep-stash-imbalance", options.ep_memory.stash},
+                                      {"--ep-peak-imbalance", options.ep_memory.peak}}) {
+      CLEAVE_CHECK_INPUT(value == 0, "simulate --config: {} {}", flag,
+                         partition::ep_figure_at_ep_one(value, fmt::format("drop {} (cleave plan takes it for its ep "
+                                                                           "> 1 candidates)", flag)));
+    }
+  }
 }
 
 // What the summary and the JSON report besides the estimate: the plan simulated, how it was priced, and the model's
@@ -467,7 +479,8 @@ int run_simulate_config(int argc, char** argv) {
   const planner::PlanChoice choice = planner::choice_of_config(config_path, overrides, world);
   planner::PlanDetails details;
   const planner::PlanEstimate e = planner::estimate_plan(config_path, overrides, choice, profile, options, &details);
-  CLEAVE_CHECK(e.valid, "simulate --config: {}", e.reason);
+  // The config's own plan refused (a refused key named with where it came from, "config FILE: key: ..."): bad input.
+  CLEAVE_CHECK_INPUT(e.valid, "simulate --config: {}", e.reason);
   const partition::ModelSpec spec = run_plan::model_spec(base.model);
   const Simulated simulated{choice, e, details, profile, options,
                             partition::is_language_model(base.model.type) ? "tok" : "samples",

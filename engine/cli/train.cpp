@@ -146,7 +146,9 @@ int run_train(int argc, char** argv) {
     // The plan every rank will make (its memory against device.memory_limit, and this host's ranks against its
     // physical memory, among it): bad input alike on every rank, refused before the files are read and the world built
     // (it exited 1 once the world was up, or the OOM killer ended it). Made once: the trainer takes it.
-    run_plan::Plan plan = train::plan_before_world(config, runtime.world_size(), this_host(placement));
+    run_plan::Plan plan = train::plan_before_world(config, runtime.world_size(),
+                                                   config_path.empty() ? "<defaults>" : config_path, overrides,
+                                                   this_host(placement));
     if (init) check_shards_match_source_tokenizer(config, *init);
     train::check_data_files(config);  // a missing or malformed data file: bad input, before the world and the model
     // An out_dir that is a file, or (a fresh run) holds another run: bad input, before the world and the model (the

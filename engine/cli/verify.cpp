@@ -112,7 +112,9 @@ int run_verify(int argc, char** argv) {
     // A layout or batch the world size does not divide: its key named with where it came from, as `cleave train`.
     config::RunConfig(config).resolve(runtime.world_size(), config_path.empty() ? "<defaults>" : config_path,
                                       overrides);
-    run_plan::Plan plan = train::plan_before_world(config, runtime.world_size(), this_host(placement));
+    run_plan::Plan plan = train::plan_before_world(config, runtime.world_size(),
+                                                   config_path.empty() ? "<defaults>" : config_path, overrides,
+                                                   this_host(placement));
     comm::World world = runtime.world(config);
     config.parallel.comm_backend = world.choice.backend;
     if (!args.given("--loss-tolerance")) {

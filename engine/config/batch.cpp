@@ -185,16 +185,24 @@ void RunConfig::resolve(int world_size) {
   }
 }
 
-void RunConfig::resolve(int world_size, std::string_view origin, const std::vector<std::string>& overrides) {
+void RunConfig::resolve_keyed(int world_size) {
   CLEAVE_CHECK(world_size >= 1, "world size must be positive, got {}", world_size);
   try {
     resolve_against_world(*this, world_size);
   } catch (const InputError&) {
     throw;
-  } catch (const ConfigKeyError& e) {
-    throw InputError(keyed_message(e, origin, overrides));  // "config FILE: key: ..." as the config reader words it
+  } catch (const ConfigKeyError&) {
+    throw;
   } catch (const Error& e) {
     throw InputError(e.what());
+  }
+}
+
+void RunConfig::resolve(int world_size, std::string_view origin, const std::vector<std::string>& overrides) {
+  try {
+    resolve_keyed(world_size);
+  } catch (const ConfigKeyError& e) {
+    throw InputError(keyed_message(e, origin, overrides));  // "config FILE: key: ..." as the config reader words it
   }
 }
 

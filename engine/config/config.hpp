@@ -238,6 +238,9 @@ struct RunConfig {
   // The same for a config read from `origin` (a file name, "<defaults>") with `overrides`: a refusal of a key is
   // worded as the config reader words it, "config ORIGIN: key: ..." or "--set key=value: key: ...".
   void resolve(int world_size, std::string_view origin, const std::vector<std::string>& overrides);
+  // The same, a refusal of a key left a ConfigKeyError, for a caller that words where the key came from itself
+  // (the plan search: its candidates' keys came from the search or the config); other refusals InputError.
+  void resolve_keyed(int world_size);
   // The batch numbers after resolve() (asserts that it ran).
   ResolvedBatch resolved_batch() const;
 

@@ -75,11 +75,7 @@ void check_ep_memory_figures(const RunConfig& c) {
       refuse(key, "{} sizes expert parallelism's routed rows, and model.type {} has no experts; drop the key (or 0)",
              value, c.model.type);
     }
-    if (ep == 1) {
-      refuse(key, "{} sizes the routed rows expert parallelism sends a rank, and parallel.expert_model_parallel_size "
-             "is 1 (every rank holds every expert: no rank receives more than its own tokens' rows); set "
-             "expert_model_parallel_size > 1, or remove the key (or 0)", value);
-    }
+    if (ep == 1) refuse(key, "{}", partition::ep_figure_at_ep_one(value, "remove the key (or 0)"));
     if (value < 1) {
       refuse(key, "{} is below 1 (a rank's routed rows over the mean rank's); give a value >= 1, or 0 for the "
              "dropless bound {:g}", value, bound);

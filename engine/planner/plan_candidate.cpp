@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/planner/median.hpp"
@@ -62,6 +64,23 @@ pipeline::Schedule priced_auto_schedule(const run_plan::Plan& plan, const config
   return pipeline::ensure_lowered(pipeline::auto_schedule(pp, microbatches, o).schedule);
 }
 
+// Where a refused key of `candidate` (choice applied to `base`) came from, as --set overrides: the command line's, then
+// those of the choice that change the config (the rest restate the config's own values, so a refusal of such a key
+// names the config file, as `cleave train` would). Made only for a refusal: the search makes thousands of candidates.
+std::vector<std::string> origin_overrides(const config::RunConfig& base, const config::RunConfig& candidate,
+                                          const std::vector<std::string>& overrides, const PlanChoice& choice) {
+  const nlohmann::json before = nlohmann::json::parse(config::to_json(base));
+  const nlohmann::json after = nlohmann::json::parse(config::to_json(candidate));
+  std::vector<std::string> all = overrides;
+  for (const std::string& o : choice.overrides()) {
+    std::string pointer = "/" + o.substr(0, o.find('='));
+    std::replace(pointer.begin(), pointer.end(), '.', '/');
+    const nlohmann::json::json_pointer at(pointer);
+    if (!before.contains(at) || !after.contains(at) || before.at(at) != after.at(at)) all.push_back(o);
+  }
+  return all;
+}
+
 }  // namespace
 
 std::optional<PlanCandidate> plan_candidate(const config::RunConfig& base, std::string_view origin,
@@ -78,8 +97,9 @@ std::optional<PlanCandidate> plan_candidate(const config::RunConfig& base, std::
     reason = config::keyed_message(e, origin, all);
     return std::nullopt;
   }
+  const config::RunConfig applied = c.config;
   try {
-    c.config.resolve(options.world);
+    c.config.resolve_keyed(options.world);
     // The search applies its own cap (options.memory_limit, which a cap in the config already became) later:
     // a plan over it is valid but does not fit. Left in the config, make_plan would refuse it as invalid.
     c.config.device.memory_limit = 0;
@@ -91,6 +111,10 @@ std::optional<PlanCandidate> plan_candidate(const config::RunConfig& base, std::
     if (options.auto_schedule_priced && c.config.parallel.schedule == "auto") {
       c.plan.schedule = priced_auto_schedule(c.plan, c.config, choice, profile, options);
     }
+  } catch (const ConfigKeyError& e) {
+    // A refused key named with where it came from, as `cleave train` names it ("config FILE: key: ...").
+    reason = config::keyed_message(e, origin, origin_overrides(base, applied, overrides, choice));
+    return std::nullopt;
   } catch (const Error& e) {
     reason = e.what();
     return std::nullopt;

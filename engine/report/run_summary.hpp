@@ -65,7 +65,7 @@ struct CpuGemmRecord {
 struct RunSummary {
   int world_size = 1;
   std::string grid;        // "tp=1 dp=2 pp=2 (world 4)"
-  std::string schedule;    // "1f1b", or "single stage"
+  std::string schedule;    // "1f1b", "zb_v on one rank, running its 2 chunks" (pp 1), or "single stage"
   std::string partition;   // "blocks per stage [3,2]"
   std::string model;       // "gpt, 7 blocks"
   std::string batch;       // "global 8 = micro 2 x accum 2 x dp 2"

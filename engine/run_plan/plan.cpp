@@ -130,11 +130,19 @@ std::string auto_schedule_key(int pp, int num_microbatches, const pipeline::Auto
   return key;
 }
 
-void check_stage_count(std::int64_t num_stages, int pp, int v, std::size_t num_blocks) {
+// The key a stage count past the model's blocks is refused on: parallel.virtual_pipeline_stages when the config sets
+// it above 1, else parallel.pipeline_model_parallel_size (v is then the schedule's default).
+std::string stage_count_key(const config::RunConfig& config) {
+  return config.parallel.virtual_pipeline_stages > 1 ? "parallel.virtual_pipeline_stages"
+                                                     : "parallel.pipeline_model_parallel_size";
+}
+
+// A ConfigKeyError on `key`, so a command says where the key came from ("config FILE: key: ..." or "--set k=v: ...").
+void check_stage_count(std::int64_t num_stages, int pp, int v, std::size_t num_blocks, const std::string& key) {
   // Each stage runs at least one block. The message names the keys: parallel.virtual_pipeline_stages 1 means the
   // schedule's default, 2 for the two-chunk schedules, so "virtual stages 2" alone did not say where the 2 came from.
-  CLEAVE_CHECK(static_cast<std::size_t>(num_stages) <= num_blocks,
-               "parallel: {} pipeline stages (pipeline_model_parallel_size {} x virtual stages {}) but the model "
+  CLEAVE_CHECK_KEY(static_cast<std::size_t>(num_stages) <= num_blocks, key,
+               "{} pipeline stages (pipeline_model_parallel_size {} x virtual stages {}) but the model "
                "has only {} blocks (a language model's: its embedding, the model.n_layers transformer blocks, final "
                "norm, head and loss) and each stage needs at least one; use pipeline_model_parallel_size x virtual "
                "stages <= {} (parallel.virtual_pipeline_stages, whose 1 means the schedule's default: 2 for "
@@ -161,7 +169,7 @@ std::shared_ptr<const ScheduleCache::Entry> compute_and_lowered(const config::Ru
       config::check_schedule_microbatches(config, num_microbatches);
       pipeline::check_schedule_args(name, pp, num_microbatches, v);
     }
-    check_stage_count(static_cast<std::int64_t>(pp) * v, pp, v, num_blocks);
+    check_stage_count(static_cast<std::int64_t>(pp) * v, pp, v, num_blocks, stage_count_key(config));
     if (cache != nullptr) {
       key = auto_options ? auto_schedule_key(pp, num_microbatches, *auto_options)
                          : fmt::format("{} pp{} m{} v{}", name, pp, num_microbatches, v);
@@ -214,7 +222,7 @@ Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_ran
 
   // A schedule file's stages (a named schedule and auto were checked before they were built).
   const int num_stages = plan.schedule.num_stages;
-  check_stage_count(num_stages, plan.schedule.pp_size, plan.schedule.virtual_stages, costs.size());
+  check_stage_count(num_stages, plan.schedule.pp_size, plan.schedule.virtual_stages, costs.size(), "parallel.schedule");
   const std::int64_t micro = config.resolved_batch().micro_batch_size;
   const double per_param_byte = 1.0 + training_bytes_per_param_byte(config.optimizer);
   std::vector<partition::BlockProfile> blocks;
@@ -297,10 +305,14 @@ std::string Plan::describe_partition() const {
   return fmt::format("blocks per stage [{}]", fmt::join(partition.blocks_per_stage(), ","));
 }
 
-std::string Plan::describe_schedule() const {
-  if (schedule.pp_size > 1) return "schedule " + schedule.name;
-  if (num_stages() > 1) return fmt::format("schedule {} on one rank, running its {} chunks", schedule.name, num_stages());
+std::string Plan::schedule_label() const {
+  if (schedule.pp_size > 1) return schedule.name;
+  if (num_stages() > 1) return fmt::format("{} on one rank, running its {} chunks", schedule.name, num_stages());
   return "single stage";
+}
+
+std::string Plan::describe_schedule() const {
+  return schedule.pp_size > 1 || num_stages() > 1 ? "schedule " + schedule_label() : schedule_label();
 }
 
 }  // namespace cleave::run_plan

@@ -38,13 +38,17 @@ struct Plan {
   // The schedule as the run log names it: "schedule 1f1b" over pp > 1 ranks, "schedule zb_v on one rank, running
   // its 2 chunks" when a multi-chunk schedule runs at pp 1, else "single stage".
   std::string describe_schedule() const;
+  // The same without the word "schedule", as run.json's "schedule" and the report's schedule row give it: "1f1b",
+  // "zb_v on one rank, running its 2 chunks", "single stage".
+  std::string schedule_label() const;
 };
 
 // Virtual stages used for a schedule: the config's value, except that interleaved_1f1b and zb_v use
 // their default (2) when the config leaves it at 1.
 int effective_virtual_stages(const config::RunConfig& config);
 
-// Throws Error for a layout the engine cannot run (more stages than blocks, a schedule the batch cannot feed), and
+// Throws Error for a layout the engine cannot run (a schedule the batch cannot feed; more stages than blocks: a
+// ConfigKeyError on parallel.pipeline_model_parallel_size, or virtual_pipeline_stages where the config sets it), and
 // InputError (bad input, exit 64) for a memory cap the split exceeds: one error with the numbers, when a rank's
 // memory plan exceeds device.memory_limit.
 // cpu is the run's resolved CPU kernels the memory plan reads (memory_plan.hpp, CpuKernels); without it

@@ -18,14 +18,21 @@
 #include "engine/run_plan/plan.hpp"
 #include "engine/supervise/recovery_policy.hpp"
 #include "engine/supervise/restart_record.hpp"
+#include "engine/train/rank_setup.hpp"
 
 namespace cleave::supervise {
 
 namespace fs = std::filesystem;
 
 std::string describe(const planner::PlanChoice& c) {
+  // The schedule as run.json names it (run_plan::Plan::schedule_label): a multi-chunk schedule at pp 1 runs its chunks
+  // on one rank.
+  const std::string schedule = c.pp > 1               ? c.schedule
+                               : c.virtual_stages > 1 ? fmt::format("{} on one rank, running its {} chunks", c.schedule,
+                                                                    c.virtual_stages)
+                                                      : std::string("single stage");
   return fmt::format("{}, micro {} x accum {}, {}{}", c.layout(), c.micro_batch,
-                     c.global_batch / (c.micro_batch * c.dp), c.pp > 1 ? c.schedule : std::string("single stage"),
+                     c.global_batch / (c.micro_batch * c.dp), schedule,
                      c.zero_stage > 0 ? fmt::format(", ZeRO-{}", c.zero_stage) : std::string());
 }
 
@@ -39,6 +46,10 @@ planner::PlanChoice config_layout(const SuperviseOptions& o, const config::RunCo
                           : static_cast<int>(o.slots.size());
     choice = planner::choice_of_config(o.config_path, o.overrides, world);
     static_cast<void>(choice.apply_to(base));  // the config's own checks at this world, before anything starts
+    // and its plan, as each attempt's `cleave train` makes it before its world (more stages than blocks, a memory cap
+    // its split exceeds): refused here, the job was started and its first attempt stopped with it.
+    static_cast<void>(train::plan_before_world(base, world, o.config_path.empty() ? "<defaults>" : o.config_path,
+                                               o.overrides));
   } catch (const std::exception& e) {
     const std::string message = fmt::format("run: the config does not run on the {} given: {}; nothing was "
                                             "started (set parallel.* after the -- or give other --slots)",

@@ -124,13 +124,20 @@ run_plan::CpuKernels cpu_kernels_of(const config::RunConfig& config) {
   return cpu;
 }
 
-run_plan::Plan plan_before_world(const config::RunConfig& config, int world_size, const run_plan::HostMemory& host) {
+run_plan::Plan plan_before_world(const config::RunConfig& config, int world_size, std::string_view origin,
+                                 const std::vector<std::string>& overrides, const run_plan::HostMemory& host) {
   config::RunConfig resolved = config;
-  resolved.resolve(world_size);
+  resolved.resolve(world_size, origin, overrides);
   const auto accumulation = static_cast<int>(resolved.resolved_batch().gradient_accumulation_steps);
   const run_plan::CpuKernels cpu = cpu_kernels_of(resolved);
   // Every plan error is the config's (make_plan reads nothing else); an internal error is no Error and passes.
-  run_plan::Plan plan = reading_input([&] { return run_plan::make_plan(resolved, accumulation, 0, cpu); });
+  run_plan::Plan plan = reading_input([&] {
+    try {
+      return run_plan::make_plan(resolved, accumulation, 0, cpu);
+    } catch (const ConfigKeyError& e) {
+      throw InputError(config::keyed_message(e, origin, overrides));
+    }
+  });
   // The ranks on this host against the memory it allows (physical or cgroup), with or without device.memory_limit (the cap is per rank).
   if (host.limit_bytes > 0) {
     const std::string violation = run_plan::host_fit_violation(run_plan::host_need(plan, resolved, cpu), host);

@@ -22,6 +22,8 @@
 
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
@@ -47,9 +49,11 @@ run_plan::CpuKernels cpu_kernels_of(const config::RunConfig& config);
 // limit_bytes 0: not checked) is bad input, thrown as InputError naming the keys, the numbers and the fix (exit 64:
 // no restart of the same command cures it, so `cleave run` stops at once). The plan is a pure function of the config,
 // the world size and this machine's CPU kernels, so every rank refuses alike; it is returned for the RankSetup (its
-// local_stages those of pp rank 0: the setup sets its own rank's), so the plan is made once.
-run_plan::Plan plan_before_world(const config::RunConfig& config, int world_size,
-                                 const run_plan::HostMemory& host = {});
+// local_stages those of pp rank 0: the setup sets its own rank's), so the plan is made once. A refused key is named
+// with where it came from (the config read from `origin`, a file name or "<defaults>", with `overrides`): "config
+// FILE: key: ..." or "--set k=v: key: ...", as RunConfig::resolve names them.
+run_plan::Plan plan_before_world(const config::RunConfig& config, int world_size, std::string_view origin,
+                                 const std::vector<std::string>& overrides, const run_plan::HostMemory& host = {});
 
 // What places a rank on a GPU (rank_gpu): the local rank make_world_communicator resolved once (world.options()
 // .local_rank, by comm::resolve_local_rank; the world rank in a world made outside the factory) and the GPUs this

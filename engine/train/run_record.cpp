@@ -36,7 +36,7 @@ report::RunSummary gather_run_summary(RankSetup& s) {
   report::RunSummary summary;
   summary.world_size = s.world.size();
   summary.grid = s.grid.str();
-  summary.schedule = s.grid.pp_size() > 1 ? s.plan.schedule.name : std::string("single stage");
+  summary.schedule = s.plan.schedule_label();
   summary.partition = s.plan.describe_partition();
   summary.model = fmt::format("{}, {} in {}", s.plan.spec.type,
                               count_of(static_cast<std::int64_t>(s.plan.spec.blocks.size()), "block"),

@@ -162,8 +162,15 @@ run_input run-data-missing 'data file .*no/such/file\.txt: no such file' --slots
     --set data.path=no/such/file.txt
 run_input run-virtual-stages 'parallel\.virtual_pipeline_stages: schedule 1f1b' --slots 1 -- "${set_out[@]}" \
     --set parallel.virtual_pipeline_stages=3
+# A config whose plan the engine refuses (more stages than the 5 blocks of a one-layer GPT): before any job (a job was
+# started, and its first attempt stopped with the refusal), its key named with where it came from.
+run_input run-too-many-stages 'run: the config does not run on the 1 slot given: --set parallel\.virtual_pipeline_stages=8: parallel\.virtual_pipeline_stages: 8 pipeline stages .*nothing was started' \
+    --slots 1 -- "${set_out[@]}" --set model.n_layers=1 --set parallel.schedule=interleaved_1f1b --set parallel.virtual_pipeline_stages=8
 run_input run-no-slots 'run: give --slots N or --hostfile FILE' -- "${set_out[@]}"
 run_input run-no-dashes 'run: put the training job after --' --slots 1
+# The config among run's own options (no --): the refusal says where it goes (it said only "unexpected argument").
+run_input run-config-before-dashes "run: unexpected argument 'nope\.json' .*; the training job \(CONFIG\.json, its --set\) goes after --, e\.g\. cleave run --slots 4 -- CONFIG\.json" \
+    --slots 1 nope.json
 # Inside a SLURM allocation without --slots, SLURM_NTASKS gives the slots: a malformed value is refused (atoi read
 # "4x" as 4 and "abc" as 0).
 for ntasks in abc 4x 0; do
@@ -456,6 +463,28 @@ cmd_error plan-ep-peak-below-config-stash "plan: --ep-peak-imbalance 1\\.2 is be
     --set parallel.ep_stash_imbalance=1.5 --ep-peak-imbalance 1.2
 cmd_error simulate-stash-limits "simulate: give the auto scheduler's limit once" simulate --schedule auto --stages 2 --microbatches 4 --max-stashes 2 --memory-limit 1MiB --stash-bytes 1024
 cmd_error simulate-config-gather-dtype "simulate --config: --param-gather-dtype 'f16' is f32" simulate --config ck1/config.json --world 1 --param-gather-dtype f16
+# More stages than the model has blocks: the key named with where it came from, as the config reader's refusals are
+# ("config FILE: key: ..." or "--set k=v: key: ..."; it was "parallel: 8 pipeline stages ..."), in train and verify
+# (train::plan_before_world) and simulate --config (which exited 1; plan's refused candidates are worded alike:
+# PlanSearch.ARefusedCandidate...). A one-layer GPT has 5 blocks.
+printf '{"model": {"n_layers": 1}, "parallel": {"schedule": "interleaved_1f1b", "virtual_pipeline_stages": 8}}' > stages.json
+stages_refusal='parallel\.virtual_pipeline_stages: 8 pipeline stages \(pipeline_model_parallel_size 1 x virtual stages 8\) but the model has only 5 blocks'
+cmd_error train-stages-file "error: config stages\.json: $stages_refusal" train stages.json --set train.out_dir=out
+cmd_error train-stages-set "error: --set parallel\.virtual_pipeline_stages=8: $stages_refusal" train --set train.out_dir=out \
+    --set model.n_layers=1 --set parallel.schedule=interleaved_1f1b --set parallel.virtual_pipeline_stages=8
+cmd_error simulate-config-stages "error: simulate --config: config stages\.json: $stages_refusal" \
+    simulate --config stages.json --world 1 --profile "$src/profiles/h100_sxm.json" --svg out
+# The ep imbalance flags at ep 1: refused as train refuses the config's keys there, whatever their value (simulate
+# took them silently; plan takes them for its ep > 1 candidates).
+printf '{"model": {"type": "moe"}}' > moe_ep1.json
+for flag in --ep-imbalance --ep-stash-imbalance --ep-peak-imbalance; do
+  cmd_error "simulate-config${flag#-}-at-ep-1" "simulate --config: $flag 1\.5 sizes the routed rows expert parallelism sends a rank, and parallel\.expert_model_parallel_size is 1 .*drop $flag" \
+      simulate --config moe_ep1.json --world 1 --profile "$src/profiles/h100_sxm.json" $flag 1.5
+done
+# simulate's two forms mixed: the schedule form's options with --config say which key the config sets instead (they
+# were refused as unknown options of simulate --config).
+cmd_error simulate-config-schedule-form "simulate: --config simulates the config's own plan, and --stages belongs to the schedule form \(no --config\); the config sets it as parallel\.pipeline_model_parallel_size: drop --stages and give --set parallel\.pipeline_model_parallel_size=VALUE" \
+    simulate --config ck1/config.json --world 1 --stages 2
 [ -e same.json ] && { echo "FAIL same.json was written"; failures=$((failures + 1)); }
 for kept in exists.json bench_out/bench.json tok_out/train.bin; do
   [ "$(cat "$kept")" = keep ] || { echo "FAIL $kept was changed"; failures=$((failures + 1)); }

@@ -339,7 +339,7 @@ PY
 # (it named the first plan's reason only, whichever that was).
 "$cleave" plan tiny.json --world 7 --set model.n_layers=2 > bad1.log 2>&1; status=$?
 [ $status -eq 64 ] || { cat bad1.log; fail "world 7: exit $status, expected 64"; }
-grep -q "plan: none of the [0-9]* plans of 7 ranks is valid for this config: [0-9]* plans: parallel: 7 pipeline stages .* but the model has only 6 blocks.*; change --world or the config" bad1.log \
+grep -q "plan: none of the [0-9]* plans of 7 ranks is valid for this config: [0-9]* plans: --set parallel\.pipeline_model_parallel_size=7: parallel\.pipeline_model_parallel_size: 7 pipeline stages .* but the model has only 6 blocks.*; change --world or the config" bad1.log \
   || { cat bad1.log; fail "world 7 message"; }
 # A large world answers in seconds (each pipeline schedule is built once and reused; a layout with more stages
 # than blocks is refused before its schedule is built: before, --world 128 took over 5 minutes), and a world no

@@ -94,14 +94,21 @@ grep -q "cut/metrics.jsonl: its last line (100 bytes, no newline) is a row cut s
 echo "ok   cut-short-last-row: left out with a warning, report.html written"
 expect_error no-argument 'give a run directory' 
 
-# train.report false: no page. Progress into a file: plain lines, no carriage return.
+# train.report false: no page. Progress into a file: plain lines, no carriage return. The run is zb_v at pp 1: its 2
+# chunks on one rank, which run.json and the page made from it name as the log does (they said "single stage").
 "$cleave" train "$src/examples/gpt_fortunes.json" "${common[@]}" --set train.steps=6 --set train.report=false \
-  --set train.out_dir=quiet > quiet.log 2>&1 || { cat quiet.log; fail "train.report=false run"; }
+  --set parallel.schedule=zb_v --set train.out_dir=quiet > quiet.log 2>&1 || { cat quiet.log; fail "train.report=false run"; }
 [ -e quiet/report.html ] && fail "train.report false still wrote report.html"
 [ -s quiet/run.json ] || fail "train.report false: run.json missing (the report could be made later)"
 grep -q $'\r' quiet.log && fail "progress into a file has carriage returns"
 grep -q '^.*step 4/6 | loss' quiet.log || fail "no plain progress line in the log file"
 echo "ok   train.report false writes no page; a log file gets plain lines"
+chunks='zb_v on one rank, running its 2 chunks'
+grep -qF "schedule $chunks" quiet.log || { cat quiet.log; fail "the log does not name zb_v's 2 chunks on one rank"; }
+grep -qF "\"schedule\": \"$chunks\"" quiet/run.json || { grep schedule quiet/run.json; fail "run.json's schedule at pp 1 under zb_v"; }
+"$cleave" report quiet > quiet_report.log 2>&1 || { cat quiet_report.log; fail "cleave report quiet"; }
+grep -qF "<th class=\"l\">schedule</th><td>$chunks</td>" quiet/report.html || fail "the page's schedule row at pp 1 under zb_v"
+echo "ok   zb_v at pp 1: the log, run.json and the page say '$chunks'"
 
 # A run that fails still gets its page, of the steps it finished (rank 0 throws in step 4: the test hook of
 # the failure drills, engine/train/fault_injection.hpp).

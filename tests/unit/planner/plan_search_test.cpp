@@ -1,7 +1,8 @@
 // The plan search: never ranks a plan over the cap; tp only where heads and d_ff divide; dp only where the
 // global batch divides; a search whose best plan is known by hand (free communication: the best step is
 // the total compute over the world, with no bubble); profile files refused with the key at fault; the
-// smallest cap that admits a plan admits exactly the plans at or under it.
+// smallest cap that admits a plan admits exactly the plans at or under it; a refused candidate names its key with
+// where it came from.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -96,6 +97,34 @@ TEST_F(PlanSearch, TensorParallelOnlyWhereHeadsDivideAndDataParallelOnlyWhereThe
   bool dp4_reason = false;
   for (const auto& e : r.rejected) dp4_reason |= e.reason.find("not divisible by dp 4") != std::string::npos;
   EXPECT_TRUE(dp4_reason);
+}
+
+// A candidate the engine refuses names the refused key with where it came from, as `cleave train` does: a key the
+// candidate changed as its --set, one that keeps the config's value (cleave simulate --config: the config's own plan)
+// as the config file's. The 4-layer GPT has 8 blocks; 2 pp ranks x 8 virtual stages make 16 stages.
+TEST_F(PlanSearch, ARefusedCandidateNamesItsKeyAndWhereItCameFrom) {
+  const std::string config = tiny_gpt();
+  PlanChoice deep;
+  deep.pp = 2;
+  deep.virtual_stages = 8;
+  deep.schedule = "interleaved_1f1b";
+  deep.global_batch = 8;
+  const PlanEstimate searched = estimate_plan(config, {}, deep, free_links(), SearchOptions{2, 0});
+  ASSERT_FALSE(searched.valid);
+  EXPECT_EQ(searched.reason.rfind("--set parallel.virtual_pipeline_stages=8: parallel.virtual_pipeline_stages: 16 "
+                                  "pipeline stages (pipeline_model_parallel_size 2 x virtual stages 8) but the model "
+                                  "has only 8 blocks",
+                                  0),
+            0u)
+      << searched.reason;
+  const std::string own = write("deep.json", R"({"model": {"type": "gpt", "vocab_size": 64, "d_model": 48,
+      "n_layers": 4, "n_heads": 4, "seq_len": 16}, "batch": {"global_batch_size": 8}, "data": {"type": "synthetic"},
+      "parallel": {"pipeline_model_parallel_size": 2, "virtual_pipeline_stages": 8, "schedule": "interleaved_1f1b"}})");
+  const PlanEstimate simulated =
+      estimate_plan(own, {}, choice_of_config(own, {}, 2), free_links(), SearchOptions{2, 0});
+  ASSERT_FALSE(simulated.valid);
+  EXPECT_EQ(simulated.reason.rfind("config " + own + ": parallel.virtual_pipeline_stages: 16 pipeline stages", 0), 0u)
+      << simulated.reason;
 }
 
 TEST_F(PlanSearch, WithFreeCommunicationTheBestPlanSplitsComputeEvenlyWithNoBubble) {

@@ -1,6 +1,6 @@
-// Plan::describe_schedule, the run log's name for the schedule: a schedule over pp ranks, a multi-chunk schedule
-// that runs all its chunks on one rank at pp 1 (once "single stage" beside "6 blocks in 2 stages", a contradiction),
-// and one stage on one rank.
+// Plan::describe_schedule, the run log's name for the schedule, and Plan::schedule_label, run.json's: a schedule over
+// pp ranks, a multi-chunk schedule that runs all its chunks on one rank at pp 1 (once "single stage" beside "6 blocks
+// in 2 stages", a contradiction), and one stage on one rank.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -29,6 +29,13 @@ TEST(PlanDescribe, NamesTheScheduleAndWhatOneRankRuns) {
   ASSERT_EQ(one_rank_v.num_stages(), 2);
   EXPECT_EQ(one_rank_v.describe_schedule(), "schedule zb_v on one rank, running its 2 chunks");
   EXPECT_EQ(plan_of(1, "1f1b").describe_schedule(), "single stage");
+}
+
+TEST(PlanDescribe, RunJsonsLabelIsTheLogsWithoutTheWordSchedule) {
+  EXPECT_EQ(plan_of(2, "1f1b").schedule_label(), "1f1b");
+  EXPECT_EQ(plan_of(1, "zb_v").schedule_label(), "zb_v on one rank, running its 2 chunks");
+  EXPECT_EQ(plan_of(1, "dualpipev").schedule_label(), "dualpipev on one rank, running its 2 chunks");
+  EXPECT_EQ(plan_of(1, "1f1b").schedule_label(), "single stage");
 }
 
 }  // namespace

@@ -23,15 +23,16 @@ namespace {
 constexpr std::int64_t kGiB = std::int64_t{1} << 30;
 
 // plan_before_world without its result (a config that passes).
-void check_plan_before_world(const config::RunConfig& config, int world, const run_plan::HostMemory& host = {}) {
-  static_cast<void>(plan_before_world(config, world, host));
+void check_plan_before_world(const config::RunConfig& config, int world, const run_plan::HostMemory& host = {},
+                             const std::vector<std::string>& overrides = {}) {
+  static_cast<void>(plan_before_world(config, world, "<defaults>", overrides, host));
 }
 
 // The InputError plan_before_world throws for `overrides` of the default config at `world` ranks.
 std::string refusal(const std::vector<std::string>& overrides, int world, const run_plan::HostMemory& host = {}) {
   const config::RunConfig c = config::load_config("", overrides);
   try {
-    check_plan_before_world(c, world, host);
+    check_plan_before_world(c, world, host, overrides);
   } catch (const InputError& e) {
     EXPECT_EQ(checkpoint::exit_code_of(e), exit_status(ExitCode::kBadInput));
     return e.what();
@@ -72,6 +73,37 @@ TEST(CheckPlanBeforeWorld, APlanTheWorldCannotMakeIsBadInput) {
   EXPECT_NE(m.find("only 5 blocks"), std::string::npos) << m;
 }
 
+// The stage count's refusal names its key with where it came from, as the config reader's refusals do: the virtual
+// stages where the config sets them, else the pp size (the schedule's default virtual stages beside it).
+TEST(CheckPlanBeforeWorld, TooManyStagesNamesTheKeyAndWhereItCameFrom) {
+  const std::string m = refusal({"model.n_layers=1", "parallel.pipeline_model_parallel_size=2",
+                                 "parallel.virtual_pipeline_stages=4", "parallel.schedule=interleaved_1f1b"},
+                                2);
+  EXPECT_EQ(m.rfind("--set parallel.virtual_pipeline_stages=4: parallel.virtual_pipeline_stages: 8 pipeline stages "
+                    "(pipeline_model_parallel_size 2 x virtual stages 4) but the model has only 5 blocks",
+                    0),
+            0u)
+      << m;
+  const std::string pp = refusal({"model.n_layers=1", "parallel.pipeline_model_parallel_size=3",
+                                  "parallel.schedule=zb_v"},
+                                 3);
+  EXPECT_EQ(pp.rfind("--set parallel.pipeline_model_parallel_size=3: parallel.pipeline_model_parallel_size: 6 "
+                     "pipeline stages (pipeline_model_parallel_size 3 x virtual stages 2)",
+                     0),
+            0u)
+      << pp;
+  // From a file: "config FILE: key: ...".
+  const config::RunConfig c = config::load_config("", {"model.n_layers=1", "parallel.pipeline_model_parallel_size=6"});
+  try {
+    static_cast<void>(plan_before_world(c, 6, "run.json", {}));
+    ADD_FAILURE() << "6 stages over 5 blocks accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("config run.json: parallel.pipeline_model_parallel_size: 6 pipeline stages", 0),
+              0u)
+        << e.what();
+  }
+}
+
 // A model far past any machine's memory (about 800 TiB of parameters, gradients and AdamW state), with no
 // device.memory_limit: refused before the world, naming the rank count, the need, the host's figure and its source.
 TEST(CheckPlanBeforeWorld, RanksPastTheHostsPhysicalMemoryAreBadInput) {
@@ -103,7 +135,7 @@ TEST(CheckPlanBeforeWorld, TheDefaultModelFitsAHostAndNotAMebibyte) {
 // rank setup from the same plan.
 TEST(CheckPlanBeforeWorld, ReturnsThePlanTheRankSetupWouldMake) {
   config::RunConfig c = config::load_config("", {"parallel.pipeline_model_parallel_size=2"});
-  const run_plan::Plan before = plan_before_world(c, 2, {kGiB, "test", 2});
+  const run_plan::Plan before = plan_before_world(c, 2, "<defaults>", {}, {kGiB, "test", 2});
   c.resolve(2);
   const int micro = static_cast<int>(c.resolved_batch().gradient_accumulation_steps);
   for (int pp_rank = 0; pp_rank < 2; ++pp_rank) {

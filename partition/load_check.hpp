@@ -36,11 +36,13 @@ struct LoadVerdict {
   std::string what;          // the reasons, with their numbers ("" when not disturbed)
 };
 
-// The thresholds (docs/planner.md, "Is the profile disturbed?"): a quiet profile's controls move by a few percent
-// and a loaded one's by tens (RESULTS 2026-12-01-r-profileload).
+// The thresholds (docs/planner.md, "Is the profile disturbed?"; recorded profiles under load moved their control
+// 29% and 179%: RESULTS-2026-12-01-r-profileload).
 inline constexpr double kDriftLimit = 0.15;       // the control's speed moved by more than this between sections
 inline constexpr double kSpreadLimit = 0.25;      // one control's samples spread by more than this
-inline constexpr double kOthersPerCore = 0.5;     // others kept more than half of every core busy
+// Others kept more than half of every core busy: flags only with a control that moved over kDriftLimit / 3 (the
+// load average lags by a minute).
+inline constexpr double kOthersPerCore = 0.5;
 
 LoadVerdict judge_load(const LoadCheck& check);
 // The one line `cleave plan` / `cleave simulate` print about a profile flagged disturbed (nullopt: not flagged or no

@@ -272,6 +272,7 @@ HardwareProfile read_profile(const std::string& path) {
   read_roofline(root, path, p);
   if (root.contains("gemm_measured")) p.measured_gemms = read_measured_gemms(root.at("gemm_measured"), path);
   if (root.contains("measured")) p.measured = measured_from_json(root.at("measured"), path);
+  if (root.contains("load_check")) p.load_check = load_check_from_json(root.at("load_check"), where + ": load_check");
   read_cores(root, path, p);
   if (root.contains("sources")) p.sources = read_sources(root, p, path);
   return p;
@@ -361,6 +362,7 @@ json profile_to_json(const HardwareProfile& p) {
     out["gemm_measured"] = list;
   }
   if (p.measured.has_blocks() || p.measured.p2p || !p.measured.host_routing.empty()) out["measured"] = measured_to_json(p.measured);
+  if (p.load_check) out["load_check"] = load_check_to_json(*p.load_check);
   if (!p.sources.empty()) {
     json sources = json::object();
     for (const auto& [key, citation] : p.sources) sources[key] = citation;

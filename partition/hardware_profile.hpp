@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "partition/attention_rates.hpp"
 #include "partition/block_work.hpp"
 #include "partition/gemm_shape_table.hpp"
+#include "partition/load_check.hpp"
 #include "partition/measured_costs.hpp"
 
 namespace cleave::partition {
@@ -123,6 +125,9 @@ struct HardwareProfile {
   std::vector<MeasuredGemm> measured_gemms;
 
   MeasuredCosts measured;  // empty unless written by `cleave profile`
+  // The profile's record of its own load (file key "load_check"; absent from profiles written before it, and from
+  // shipped ones). Never priced: it says whether to trust the prices (partition/load_check.hpp).
+  std::optional<LoadCheck> load_check;
 
   // Where each number comes from (file key `sources`, optional): (key, citation) for every number of the profile
   // the cost model reads, keyed by its name in the file ("peak_tflops.bf16", "intra_node.bandwidth_GBps",

@@ -553,6 +553,7 @@ int run_plan(int argc, char** argv) {
   auto [profile, options] = profile_path.empty()
                                 ? planner::planning_setup(base, profile_path, limit_text, world)
                                 : reading_input([&] { return planner::planning_setup(base, profile_path, limit_text, world); });
+  if (const auto w = partition::load_warning(profile.load_check, profile.name)) std::fprintf(stderr, "warning: %s\n", w->c_str());
   options.ep_imbalance = ep_imbalance;
   options.ep_memory = ep_memory;
   const planner::SearchResult result = planner::search_plans(config_path, overrides, profile, options);

@@ -37,6 +37,7 @@
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/expert_rows_measure.hpp"
 #include "engine/planner/host_routing_measure.hpp"
+#include "engine/planner/load_control.hpp"
 #include "engine/planner/profile_measure.hpp"
 #include "engine/planner/ep_exchange_measure.hpp"
 #include "engine/planner/sync_wait.hpp"
@@ -332,12 +333,27 @@ void print_profile(const planner::HardwareProfile& profile, bool cold_caches) {
   }
 }
 
+// Rank 0's stdout: the control's speed over the profile and the load average; one line more, on stderr, when the
+// profile looks disturbed (partition::judge_load), with its numbers and the fix.
+void print_load_check(const partition::LoadCheck& check) {
+  const partition::LoadVerdict v = partition::judge_load(check);
+  std::printf("load check: control compute moved %.1f%% over %zu timings (worst spread within one %.1f%%); load "
+              "average %.2f at the start, %.2f at the end, on %d cores\n",
+              v.drift * 100, check.controls.size(), v.spread * 100, check.loadavg_start, check.loadavg_end,
+              check.cores);
+  if (v.disturbed) {
+    log::warn("profile: this profile looks disturbed: {}. Its times may be up to 2x slow and every plan priced from "
+              "it with them; re-run `cleave profile` on a quiet machine or with fewer ranks",
+              v.what);
+  }
+}
+
 // The measurements in turn (progress on rank 0's stderr): GEMM and memory rates (rank 0), the block tables, the
 // optimizer step, and with two ranks or more p2p and collectives. `threads` per rank, as the trainer runs them.
 planner::HardwareProfile measure_profile(const partition::ModelSpec& spec, const planner::BlockProfileRequest& request,
                                          const ProfileCommand& cmd, const config::RunConfig& config,
                                          const bench::BenchMachine& machine, comm::Communicator& comm,
-                                         ProgressLine& progress) {
+                                         ProgressLine& progress, planner::LoadRecorder& load) {
   const int threads = machine.threads_per_rank;
   progress.line("GEMM and memory rates (rank 0)");
   planner::HardwareProfile profile = measure_rates(spec, comm);
@@ -345,6 +361,7 @@ planner::HardwareProfile measure_profile(const partition::ModelSpec& spec, const
   profile.measured.ranks = comm.size();
   profile.measured.threads_per_rank = threads;
   profile.measured.dtype = config.device.precision == config::Precision::kBf16 ? DType::kBF16 : DType::kF32;
+  load.control("start", comm);  // the control between sections: whether the machine's speed moved (load_check)
   if (cmd.cold_caches) {  // both tables: the planner needs each rank's share of the cache to choose between them
     profile.measured.cache_bytes_per_rank =
         planner::cache_bytes_per_rank(planner::last_level_cache(), machine.ranks_on_node, threads);
@@ -352,9 +369,11 @@ planner::HardwareProfile measure_profile(const partition::ModelSpec& spec, const
   planner::measure_blocks(profile.measured, spec, request, &comm);
   planner::measure_expert_rows(profile.measured, spec, request, &comm);  // nothing without routed experts
   planner::measure_host_routing(profile.measured, spec, request, &comm);  // likewise
+  load.control("after the block tables", comm);
   progress.line(fmt::format("optimizer step (adamw, sgd, sgd with momentum; gradient norm, clip), {}",
                             format_seconds(progress.elapsed_s())));
   planner::measure_optimizer(profile.measured, 1 << 21, cmd.repeats, cmd.rounds, &comm, request.precision);
+  load.control("after the optimizer", comm);
   if (comm.size() >= 2) {
     progress.line(fmt::format("p2p and collectives over {} ranks, {}", comm.size(), format_seconds(progress.elapsed_s())));
     planner::measure_collectives(profile.measured, comm);
@@ -374,6 +393,7 @@ planner::HardwareProfile measure_profile(const partition::ModelSpec& spec, const
                                 static_cast<long long>(sizes.back().bytes()), format_seconds(progress.elapsed_s())));
       profile.measured.ep_exchange = planner::measure_ep_exchange(comm, sizes, cmd.rounds, cmd.cold_caches);
     }
+    load.control("after the collectives and waits", comm);
     if (!machine.oversubscribed) {  // already sharing cores, the pinned pair would measure three ranks on one
       progress.line(fmt::format("two ranks on one core: compute and handoffs, {}", format_seconds(progress.elapsed_s())));
       ops::configure_cpu_threads(1);  // pinning moves the calling thread only
@@ -388,6 +408,7 @@ planner::HardwareProfile measure_profile(const partition::ModelSpec& spec, const
       ops::configure_cpu_threads(threads);
     }
   }
+  load.control("end", comm);
   return profile;
 }
 
@@ -446,8 +467,10 @@ int run_profile(int argc, char** argv) {
     request.progress = [&progress](int done, int total, const std::string& what) {
       progress.update(done, total, "block", what);
     };
-    planner::HardwareProfile profile = measure_profile(spec, request, cmd, config, machine, comm, progress);
+    planner::LoadRecorder load("/proc/loadavg", machine.cores, machine.ranks_on_node * threads);
+    planner::HardwareProfile profile = measure_profile(spec, request, cmd, config, machine, comm, progress, load);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    profile.load_check = load.finish(seconds);
 
     if (root) {
       describe_profile(profile, cmd, machine, comm.size(), plan_world, seconds);
@@ -457,6 +480,7 @@ int run_profile(int argc, char** argv) {
       CLEAVE_CHECK(out.good(), "profile: could not write {}", cmd.out_path);
       print_profile(profile, cmd.cold_caches);
       std::printf("wrote %s (%.1f s)\n", cmd.out_path.c_str(), seconds);
+      print_load_check(*profile.load_check);
     }
     return 0;
   });

@@ -473,6 +473,7 @@ int run_simulate_config(int argc, char** argv) {
   auto [profile, options] = profile_path.empty()
                                 ? planner::planning_setup(base, profile_path, limit_text, world)
                                 : reading_input([&] { return planner::planning_setup(base, profile_path, limit_text, world); });
+  if (const auto w = partition::load_warning(profile.load_check, profile.name)) std::fprintf(stderr, "warning: %s\n", w->c_str());
   options.scatter_gather_boundaries = args.on("--scatter-gather");
   apply_kernel_options(args, base, config_path, profile, options);
   apply_communication_options(args, base, config_path, profile, options);

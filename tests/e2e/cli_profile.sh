@@ -21,6 +21,7 @@ JSON
 "${mpiexec[@]}" -n 2 "$cleave" profile tiny.json --out prof.json --repeats 2 --rounds 2 > profile.log 2>&1 \
   || { cat profile.log; fail "cleave profile"; }
 grep -q "^p2p  *ranks  2" profile.log || { cat profile.log; fail "no p2p fit printed"; }
+grep -q "^load check: control compute moved [0-9.]*% over 5 timings" profile.log || { cat profile.log; fail "no load check line"; }
 # Progress on stderr while it works (into a file: the first and last block and at most one line per 10 s).
 grep -q "^profile: block 1/[0-9]* (embedding .*, tp 1, micro-batch 1, round 1/2), [0-9]* s, about" profile.log \
   && grep -q "^profile: block \([0-9]*\)/\1 (.*round 2/2), [0-9]*" profile.log \
@@ -45,6 +46,11 @@ assert m["sync_wait_per_compute"] >= 0 and m["compute_stretch"] >= 0, m  # the w
 assert m.get("sync_wait_per_meeting_us", 0) >= 0, m  # absent when the fit put nothing per meeting
 assert m["count_exchange"]["ranks"] == 2 and m["count_exchange"]["latency_us"] > 0, m  # the exchange itself
 assert "ep_exchange" not in m, m  # the expert dispatch's row exchange: timed for models with routed experts only
+# Its own load: the control at the start, between the sections and at the end (not judged here: the machine's load).
+lc = p["load_check"]
+assert [c["at"] for c in lc["controls"]] == ["start", "after the block tables", "after the optimizer",
+                                             "after the collectives and waits", "end"], lc
+assert all(0 < c["min_ms"] <= c["median_ms"] for c in lc["controls"]) and lc["cores"] >= 1, lc
 print(f"ok   profile: {len(m['blocks'])} block measurements, p2p {m['p2p']['latency_us']:.1f} us + "
       f"{m['p2p']['bandwidth_GBps']:.2f} GB/s")
 PY

@@ -73,7 +73,8 @@ std::vector<std::string> origin_overrides(const config::RunConfig& base, const c
   const nlohmann::json after = nlohmann::json::parse(config::to_json(candidate));
   std::vector<std::string> all = overrides;
   for (const std::string& o : choice.overrides()) {
-    std::string pointer = "/" + o.substr(0, o.find('='));
+    std::string pointer(1, '/');  // (not "/" + substr: GCC 12 warns a false -Wrestrict there)
+    pointer.append(o, 0, o.find('='));
     std::replace(pointer.begin(), pointer.end(), '.', '/');
     const nlohmann::json::json_pointer at(pointer);
     if (!before.contains(at) || !after.contains(at) || before.at(at) != after.at(at)) all.push_back(o);

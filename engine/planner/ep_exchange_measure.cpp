@@ -65,13 +65,8 @@ std::vector<partition::AlphaBeta> measure_ep_exchange(comm::Communicator& world,
                                                      int repeats) {
   std::vector<partition::AlphaBeta> fits;
   if (world.size() < 2 || sizes.size() < 2) return fits;
-  std::vector<int> groups;  // as measure_collectives: 2, 4, ... consecutive ranks, and the whole world
-  for (int g = 2; g < world.size(); g *= 2) {
-    if (world.size() % g == 0) groups.push_back(g);
-  }
-  groups.push_back(world.size());
   CacheEvictor evictor;
-  for (const int g : groups) {
+  for (const int g : profile_group_sizes(world.size())) {  // as measure_collectives
     auto group = world.split(world.rank() / g, world.rank(), fmt::format("ep_exchange{}", g));
     std::vector<Exchange> exchanges;
     for (const auto& s : sizes) exchanges.emplace_back(*group, s);

@@ -429,18 +429,22 @@ void measure_optimizer(partition::MeasuredCosts& costs, std::int64_t params, int
   costs.grad_clip_s_per_param = medians[4];
 }
 
+std::vector<int> profile_group_sizes(int world_size) {
+  std::vector<int> groups;
+  for (int g = 2; g < world_size; g *= 2) {
+    if (world_size % g == 0) groups.push_back(g);
+  }
+  groups.push_back(world_size);
+  return groups;
+}
+
 void measure_collectives(partition::MeasuredCosts& costs, comm::Communicator& world, int repeats) {
   CLEAVE_CHECK(world.size() >= 2, "profile: collectives need 2 or more ranks (run under mpirun), got {}", world.size());
   const std::vector<std::int64_t> sizes = {4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20};  // bytes
   const int rank = world.rank();
   costs.p2p = partition::fit_alpha_beta(comm::time_ping_pong(world, sizes, repeats), 2);
   // Collectives on groups of g consecutive ranks, every group at once.
-  std::vector<int> groups;
-  for (int g = 2; g < world.size(); g *= 2) {
-    if (world.size() % g == 0) groups.push_back(g);
-  }
-  groups.push_back(world.size());
-  for (int g : groups) {
+  for (int g : profile_group_sizes(world.size())) {
     auto group = world.split(rank / g, rank, fmt::format("profile{}", g));
     for (const auto& entry : enum_table<partition::Collective>()) {
       const partition::Collective op = entry.value;

@@ -108,6 +108,10 @@ void measure_optimizer(partition::MeasuredCosts& costs, std::int64_t params, int
                        comm::Communicator* comm, ops::Precision precision = ops::Precision::kFp32);
 
 // Sets costs.p2p and the collective fits. Needs comm.size() >= 2.
+// The group sizes the profile times its collectives (and the expert exchange) on: 2, 4, ... consecutive ranks that
+// divide the world, and the whole world.
+std::vector<int> profile_group_sizes(int world_size);
+
 void measure_collectives(partition::MeasuredCosts& costs, comm::Communicator& comm, int repeats = 10);
 
 }  // namespace cleave::planner

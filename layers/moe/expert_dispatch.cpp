@@ -131,10 +131,10 @@ Tensor dispatch_rows(const Tensor& rows, const DispatchPlan& plan, Context& ctx,
   return exchange(rows, plan.send_rows, plan.recv_rows, plan.received(), capacity_rows, ctx);
 }
 
-Tensor combine_rows(const Tensor& rows, const DispatchPlan& plan, Context& ctx, std::int64_t capacity_rows) {
+Tensor combine_rows(const Tensor& rows, const DispatchPlan& plan, Context& ctx) {
   std::int64_t sent = 0;
   for (std::int64_t r : plan.send_rows) sent += r;
-  return exchange(rows, plan.recv_rows, plan.send_rows, sent, capacity_rows, ctx);
+  return exchange(rows, plan.recv_rows, plan.send_rows, sent, 0, ctx);
 }
 
 }  // namespace cleave::layers

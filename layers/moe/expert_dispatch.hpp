@@ -63,7 +63,7 @@ void plan_from_tensor_into(const Tensor& t, DispatchPlan& plan);
 // the routing; a size the cache holds no block for would take a new one: moe_mlp.hpp, row_capacity_).
 Tensor dispatch_rows(const Tensor& rows, const DispatchPlan& plan, Context& ctx, std::int64_t capacity_rows = 0);
 // The inverse: rows [received(), D'] computed for the senders -> [R, D'] in this rank's routed-row layout (R is
-// fixed by the micro-batch: `capacity_rows` is accepted for a common signature and works the same way).
-Tensor combine_rows(const Tensor& rows, const DispatchPlan& plan, Context& ctx, std::int64_t capacity_rows = 0);
+// fixed by the micro-batch, so one size a step already).
+Tensor combine_rows(const Tensor& rows, const DispatchPlan& plan, Context& ctx);
 
 }  // namespace cleave::layers

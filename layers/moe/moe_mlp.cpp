@@ -94,13 +94,12 @@ Tensor rows_of(const Tensor& t) { return t.view(Shape{t.numel() / t.shape().last
 
 // Under ep: dispatch_rows or combine_rows inside the all-to-all timers (the router log's exposed all-to-all time and
 // --explain's expert_all_to_all row). `plan`: the micro-batch's (the layer's host_.plan, read back by blocks_of).
-// `capacity`: the receive's rows capacity (dispatch_rows).
-using RowExchange = Tensor (*)(const Tensor&, const DispatchPlan&, Context&, std::int64_t);
-Tensor timed_exchange(RowExchange exchange, const Tensor& rows, const DispatchPlan& plan, const std::string& block,
-                      AllToAllKind kind, std::int64_t capacity, Context& ctx) {
+// `exchange()` makes the call.
+template <typename Exchange>
+Tensor timed_exchange(const std::string& block, AllToAllKind kind, Context& ctx, Exchange exchange) {
   const AllToAllTimer timer(ctx, block, kind);
   const CommWaitTimer wait_timer(ctx, CommKind::kExpertAllToAll);
-  return exchange(rows, plan, ctx, capacity);
+  return exchange();
 }
 
 // Sequence parallelism: which of the n routed rows of `full` (all-gathered, t tokens per sample) are this tp rank's
@@ -252,7 +251,9 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   const Blocks& blocks = blocks_of(routing.counts, plan_tensor);
   ExpertActivations act = experts_forward(ctx, xp, blocks);
   // Under ep, back into this rank's routed-row layout (the experts' output rows are released here).
-  if (ep) act.o = timed_exchange(combine_rows, act.o, host_.plan, block_, AllToAllKind::kCombine, 0, ctx);
+  if (ep) {
+    act.o = timed_exchange(block_, AllToAllKind::kCombine, ctx, [&] { return combine_rows(act.o, host_.plan, ctx); });
+  }
   Tensor y_full = new_activation(ctx, full.shape());
   ops::moe_combine(ctx, act.o, up.token_row, up.weight, rows_of(y_full));
   Tensor y = reduce_over_tp(y_full, sp, ctx);
@@ -291,10 +292,14 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   Tensor d_o = new_activation(ctx, Shape{r, d_});
   ops::moe_gather(ctx, dyf, stash.tensors[kRowToken], stash.tensors[kRowWeight], d_o);
   if (ep) {
-    d_o = timed_exchange(dispatch_rows, d_o, host_.plan, block_, AllToAllKind::kDispatchGrad, row_capacity_, ctx);
+    d_o = timed_exchange(block_, AllToAllKind::kDispatchGrad, ctx,
+                         [&] { return dispatch_rows(d_o, host_.plan, ctx, row_capacity_); });
   }
   ExpertGrads grads = experts_backward(ctx, d_o, stash.tensors[kG], stash.tensors[kU], blocks);
-  if (ep) grads.dxp = timed_exchange(combine_rows, grads.dxp, host_.plan, block_, AllToAllKind::kCombineGrad, 0, ctx);
+  if (ep) {
+    grads.dxp = timed_exchange(block_, AllToAllKind::kCombineGrad, ctx,
+                               [&] { return combine_rows(grads.dxp, host_.plan, ctx); });
+  }
   Tensor dx_full = new_activation(ctx, full.shape());
   ops::moe_combine(ctx, grads.dxp, stash.tensors[kTokenRow], Tensor(), rows_of(dx_full));
 

@@ -109,7 +109,7 @@ TEST(VerifyReport, PrecisionTwinLineNamesATensorTheFp32RunLeavesOnTheReference) 
   VerifyReport r = report_of(2e-6, 1.0, false);
   r.params = {{"blocks.1.moe.router.bias", 4, 1e-3, 1.0}, {"embed.token", 1024, 7.6e-5, 1.1e-3}};
   r.rounding = RoundingFloor{"device.precision fp32 instead of bf16",
-                             {{"blocks.1.moe.router.bias", 0.0}, {"embed.token", 7.7e-5}}, 4.24, 1e-5};
+                             {{"blocks.1.moe.router.bias", 0.0}, {"embed.token", 7.7e-5}}, 4.24, 1e-5, false, {}};
   const std::string with_zero = format_report(r, options);
   EXPECT_EQ(with_zero.find("e+29"), std::string::npos) << with_zero;
   EXPECT_NE(with_zero.find("the layout's largest is unbounded (blocks.1.moe.router.bias ends 0.001 from the reference, "
@@ -147,7 +147,8 @@ TEST(VerifyReport, Bf16ParameterFailureNamesRouterNearTiesOnRoutedModelsAndTheRi
   VerifyOptions options;
   VerifyReport r = report_of(2e-6, 1.0, false);
   r.params = {{"blocks.1.moe.router.bias", 4, 1e-3, 1.0}};
-  r.rounding = RoundingFloor{"device.precision fp32 instead of bf16", {{"blocks.1.moe.router.bias", 0.0}}, 4.24, 0};
+  r.rounding = RoundingFloor{"device.precision fp32 instead of bf16", {{"blocks.1.moe.router.bias", 0.0}}, 4.24, 0,
+                             false, {}};
   r.params_within = false;
   r.passed = false;
   r.routed = true;

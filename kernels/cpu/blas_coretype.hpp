@@ -9,9 +9,13 @@
 //
 // The rule (decide_blas_coretype, a pure function of its inputs):
 //   - the best core the CPU allows: AVX-512 F/DQ/BW/VL -> SkylakeX, plus avx512_bf16 -> Cooperlake (only from
-//     OpenBLAS 0.3.22: 0.3.21 answers OPENBLAS_CORETYPE=Cooperlake with "Core not found" and autodetects);
-//     AVX2 + FMA -> Haswell (AMD: Zen); AVX -> Sandybridge (AMD: Bulldozer); older CPUs: nothing to correct.
-//     SapphireRapids (AMX) is not proposed: unverified as a forcible name in the versions we ship on.
+//     OpenBLAS 0.3.22: 0.3.21's name lookup stops one entry short of Cooperlake, so it answers
+//     OPENBLAS_CORETYPE=Cooperlake with "Core not found" and falls back to its feature ladder, which lands on
+//     Cooperlake on a bf16 CPU by accident, as any unknown name would; Cleave does not lean on that, and
+//     nothing is lost: Cooperlake adds bf16 sbgemm kernels to SkylakeX's, with the same sgemm kernels and
+//     blocking, and Cleave calls only sgemm); AVX2 + FMA -> Haswell (AMD: Zen); AVX -> Sandybridge (AMD:
+//     Bulldozer); older CPUs: nothing to correct. SapphireRapids (AMX) is not proposed: unverified as a
+//     forcible name in the versions we ship on, and its additions are bf16 (sbgemm) kernels, not sgemm.
 //   - the library's choice is ranked by ISA level (openblas_core_level); a choice at or above the best level is
 //     kept, a name the table does not know (a newer core) is kept, a lower one is corrected.
 //   - the user decides first: OPENBLAS_CORETYPE already in the environment is kept, and

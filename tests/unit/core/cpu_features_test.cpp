@@ -28,6 +28,17 @@ TEST(CpuFeatures, DescribesARecordedIntelCpu) {
   EXPECT_TRUE(emerald_rapids().is_intel());
 }
 
+// Recorded 2026-12-01: the KVM guest's Xeon (cpuid leaf 1 eax 0xa0678: base model 7, extended model 10, so the
+// display model is 167), AVX-512 with bf16, fp16 and AMX, its XCR0 0x602e7 (tile state enabled by the OS).
+TEST(CpuFeatures, DescribesTheRecordedKvmXeonModel167) {
+  CpuFeatures c = emerald_rapids();
+  c.model = 167;
+  c.model_name = "Intel(R) Xeon(R) Processor";
+  EXPECT_EQ(describe_cpu(c),
+            "Intel(R) Xeon(R) Processor (GenuineIntel family 6 model 167; avx avx2 fma avx512f avx512dq avx512bw "
+            "avx512vl avx512_bf16 avx512_fp16 amx_tile amx_bf16)");
+}
+
 TEST(CpuFeatures, DescribesOldAndUnknownCpus) {
   CpuFeatures old;
   old.vendor = "AuthenticAMD";

@@ -72,6 +72,41 @@ TEST(BlasCoretype, Bf16CpuGetsCooperlakeWhereTheVersionAcceptsIt) {
             "Cooperlake");
 }
 
+// Recorded on 2026-12-01 (the first Intel machine the project ran on): "Intel(R) Xeon(R) Processor" under KVM,
+// GenuineIntel family 6 model 167, AVX-512 with avx512_bf16, avx512_fp16 and AMX (tile, bf16; the OS grants the
+// tile state). Debian 12's OpenBLAS 0.3.21 files model 167 under Rocket Lake and picks SkylakeX on its own;
+// OPENBLAS_CORETYPE=Cooperlake (or any name 0.3.21 does not find) makes it report Cooperlake.
+constexpr const char* kDebian0321SkylakeX =
+    "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64";
+
+TEST(BlasCoretype, XeonModel167KeepsTheSkylakeXThatOpenBlas0321Picks) {
+  const CpuFeatures xeon167 = intel(167, true, true, true);
+  // SkylakeX is the best core 0.3.21 can be told on a bf16 CPU: kept, no re-exec, no warning.
+  const auto d = decide_blas_coretype(inputs(xeon167, kDebian0321SkylakeX, "SkylakeX"));
+  EXPECT_EQ(d.action, BlasCoretypeAction::kKeep) << d.message;
+  EXPECT_TRUE(d.coretype.empty());
+  EXPECT_NE(d.message.find("SkylakeX (the library's choice"), std::string::npos) << d.message;
+  // The opt-out changes nothing where nothing is older than the CPU allows: still no warning.
+  auto opt_out = inputs(xeon167, kDebian0321SkylakeX, "SkylakeX");
+  opt_out.env_switch = "keep";
+  EXPECT_EQ(decide_blas_coretype(opt_out).action, BlasCoretypeAction::kKeep);
+  // A user's OPENBLAS_CORETYPE=Cooperlake, which 0.3.21 reports as Cooperlake here: kept.
+  auto forced = inputs(xeon167, "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY Cooperlake MAX_THREADS=64",
+                       "Cooperlake");
+  forced.env_coretype = "Cooperlake";
+  EXPECT_EQ(decide_blas_coretype(forced).action, BlasCoretypeAction::kKeep);
+  // The same CPU forced down to generic kernels is warned about, naming the core it allows.
+  auto generic = inputs(xeon167, kDebian0321, "Prescott");
+  generic.env_coretype = "Prescott";
+  const auto warned = decide_blas_coretype(generic);
+  EXPECT_EQ(warned.action, BlasCoretypeAction::kWarn) << warned.message;
+  EXPECT_NE(warned.message.find("older than the SkylakeX"), std::string::npos) << warned.message;
+  EXPECT_NE(warned.message.find("family 6 model 167"), std::string::npos) << warned.message;
+  // Left to Cleave, a generic choice on this CPU is corrected to SkylakeX (0.3.21), Cooperlake (0.3.22 on).
+  EXPECT_EQ(decide_blas_coretype(inputs(xeon167, kDebian0321, "Prescott")).coretype, "SkylakeX");
+  EXPECT_EQ(decide_blas_coretype(inputs(xeon167, kOpenBlas0326, "SkylakeX")).coretype, "Cooperlake");
+}
+
 TEST(BlasCoretype, GoodChoicesAreKept) {
   // Skylake-X with SkylakeX; Zen 4 with Cooperlake (what 0.3.21 picks on it); Sapphire Rapids with a core this
   // table ranks higher; a core name the table does not know (a newer one) is never "corrected".

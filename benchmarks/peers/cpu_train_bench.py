@@ -14,7 +14,15 @@ Models (vocab 256, synthetic tokens, AdamW, gradient clipping at 1.0, like Cleav
          micro-batches of 8) against transformers' LlamaForCausalLM (gradient accumulation of 2 as well)
 
 The PyTorch GPT is GPT-2's block as nanoGPT writes it (pre-LN, tanh GELU, fused qkv, causal
-scaled_dot_product_attention, tied embeddings). Each Cleave run is a fresh `cleave train` process; its
+scaled_dot_product_attention, tied embeddings), its weights normal(0, 0.02) and its biases 0 as Cleave's
+(docs/models.md), so that both sides start near the uniform prediction.
+
+Results first: before any timing, every contender trains one step (PyTorch in this process, Cleave as a
+1-step run) and the first-step losses are printed and checked: every one within 0.25 of ln 256 (both start
+near the uniform prediction; the two sides' weights and tokens differ, so only this is comparable between
+them), torch.compile within 1e-3 of eager (the same weights and tokens), PyTorch bf16 autocast within 0.05
+of eager, Cleave bf16 within 0.05 of Cleave fp32 (the same seed). A failed check stops the run before any
+timing. Each Cleave run is a fresh `cleave train` process; its
 figure is the median of metrics.jsonl's step_ms after the warm-up. PyTorch runs in this process with
 torch.set_num_threads(THREADS); Cleave with CLEAVE_THREADS=THREADS and its own OMP_WAIT_POLICY choice
 (printed). With --lock FILE the rounds run holding an exclusive flock on FILE (the shared build lock), so no
@@ -80,6 +88,11 @@ class Gpt(nn.Module):
         self.ln = nn.LayerNorm(d)
         self.head = nn.Linear(d, VOCAB, bias=False)
         self.head.weight = self.tok.weight  # tied, as Cleave's default
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, 0.0, 0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
 
     def forward(self, idx, targets):
         x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
@@ -120,16 +133,22 @@ class TorchContender:
         self.fwd = torch.compile(self.model) if compile_model else self.model
         g = torch.Generator().manual_seed(1)
         self.x = torch.randint(0, VOCAB, (cfg["batch"], cfg["T"] + 1), generator=g)
+        self.first_loss = None
 
     def step(self):
         micro = self.cfg["micro"]
         self.opt.zero_grad(set_to_none=True)
+        total = 0.0
         for s in range(0, self.cfg["batch"], micro):
             idx, tgt = self.x[s:s + micro, :-1], self.x[s:s + micro, 1:]
             ctx = torch.autocast("cpu", dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
             with ctx:
                 loss = self.fwd(idx, tgt) * (micro / self.cfg["batch"])
             loss.backward()
+            if self.first_loss is None:
+                total += loss.item()
+        if self.first_loss is None:
+            self.first_loss = total
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.opt.step()
 
@@ -153,6 +172,7 @@ class CleaveContender:
     def __init__(self, name, binary, cfg, precision, threads, wait_policy=""):
         self.name, self.binary, self.cfg, self.precision, self.threads = name, binary, cfg, precision, threads
         self.wait_policy = wait_policy  # "": cleave's own choice; else exported as OMP_WAIT_POLICY
+        self.first_loss = None
 
     def run(self, warmup, steps):
         with tempfile.TemporaryDirectory() as tmp:
@@ -165,7 +185,12 @@ class CleaveContender:
                                 "--set", f"train.out_dir={out}"], env=env, capture_output=True, text=True)
             if r.returncode != 0:
                 sys.exit(f"cleave {self.name} failed ({r.returncode}):\n{r.stderr[-3000:]}")
-            rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))][warmup:]
+            rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+            if self.first_loss is None:
+                self.first_loss = rows[0]["loss"]
+            rows = rows[warmup:]
+            if not rows:
+                return 0.0, ""
             policy = ""
             for line in r.stderr.splitlines() + r.stdout.splitlines():
                 if "OMP_WAIT_POLICY=" in line:
@@ -183,6 +208,19 @@ def cleave_ffn(binary, cfg):
         subprocess.run([binary, "train", *cleave_args(cfg, "fp32", 1), "--set", f"train.out_dir={out}"],
                        check=True, capture_output=True)
         return json.load(open(os.path.join(out, "config.json")))["model"]["ffn_hidden_size"]
+
+
+def check_first_losses(contenders):
+    """Results first: the first-step losses (module header), printed; exits naming the failed check."""
+    first = {c.name: c.first_loss for c in contenders}
+    print("first-step loss: " + ", ".join(f"{n} {v:.4f}" for n, v in first.items()) + f" (ln 256 = {math.log(VOCAB):.4f})")
+    bad = [f"{n} {v:.4f} is not within 0.25 of ln 256" for n, v in first.items() if abs(v - math.log(VOCAB)) > 0.25]
+    for a, b, tol in (("torch_compile", "torch_eager", 1e-3), ("torch_bf16", "torch_eager", 0.05),
+                      ("cleave_bf16", "cleave_fp32", 0.05), ("cleave_bf16_active", "cleave_fp32_active", 0.05)):
+        if a in first and b in first and abs(first[a] - first[b]) > tol:
+            bad.append(f"{a} {first[a]:.5f} against {b} {first[b]:.5f}: more than {tol} apart")
+    if bad:
+        sys.exit("first-step losses disagree, nothing timed:\n  " + "\n  ".join(bad))
 
 
 def cpu_name():
@@ -231,11 +269,11 @@ def main():
                 contenders.append(CleaveContender(name, binary, cfg, name.split("_")[1], a.threads, policy))
             else:
                 contenders.append(TorchContender(name, cfg, ffn, name == "torch_compile", name == "torch_bf16"))
-        for c in contenders:  # compile and first touch outside the lock and the timing
-            if isinstance(c, TorchContender):
-                c.run(2, 0)
+        print(f"\n## {model}: {cfg} ffn {ffn}, {tokens} tokens/step, warm-up {warmup}, timed {steps}", flush=True)
+        for c in contenders:  # the first step (checked), compile and first touch outside the lock and the timing
+            c.run(2 if isinstance(c, TorchContender) else 1, 0)
+        check_first_losses(contenders)
         results = {c.name: [] for c in contenders}
-        print(f"\n## {model}: {cfg} ffn {ffn}, {tokens} tokens/step, warm-up {warmup}, timed {steps}")
         rnd = 0
         while rnd < a.rounds:  # as many rounds per hold of the lock as fit in --hold seconds
             with held(a.lock):

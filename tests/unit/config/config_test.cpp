@@ -332,7 +332,13 @@ TEST(Config, ManualPartitionCountsTheSchedulesDefaultStages) {
   // The entries cover the model's blocks (the default gpt's 2 layers: 6), checked before any work.
   expect_error(R"({"parallel": {"pipeline_model_parallel_size": 2, "schedule": "zb_v", "partition": {"method": "manual",
                   "blocks_per_stage": [1, 2, 2, 2]}}})",
-               {"blocks_per_stage", "[1,2,2,2] covers 7 blocks", "model.type gpt has 6", "(sum 7 != 6)"});
+               {"blocks_per_stage", "[1,2,2,2] covers 7 blocks", "model.type gpt has 6: its embedding, the "
+                "model.n_layers transformer blocks, final norm, head and loss (sum 7 != 6)"});
+  // A classifier's blocks in its own family's words (the default mlp's 6).
+  expect_error(R"({"model": {"type": "mlp"}, "parallel": {"pipeline_model_parallel_size": 2, "partition":
+                  {"method": "manual", "blocks_per_stage": [1, 2]}}})",
+               {"[1,2] covers 3 blocks, and model.type mlp has 6: a linear and an activation per model.hidden entry, "
+                "the linear to the classes and the loss (sum 3 != 6)"});
   // An explicit count is the count; one-chunk schedules keep pp entries.
   EXPECT_NO_THROW(parse_config(R"({"parallel": {"pipeline_model_parallel_size": 2, "schedule": "interleaved_1f1b",
       "virtual_pipeline_stages": 3, "partition": {"method": "manual", "blocks_per_stage": [1, 1, 1, 1, 1, 1]}}})"));

@@ -150,9 +150,9 @@ void check_stage_count(std::int64_t num_stages, int pp, int v, std::size_t num_b
                "{} pipeline stages (pipeline_model_parallel_size {} x virtual stages {}) but the model "
                "has only {} blocks ({} model's: {}) and each stage needs at least one; use "
                "pipeline_model_parallel_size x virtual stages <= {} (parallel.virtual_pipeline_stages, whose 1 means "
-               "the schedule's default: 2 for interleaved_1f1b, zb_v and dualpipev) or a model {} blocks deeper ({})",
+               "the schedule's default: 2 for interleaved_1f1b, zb_v and dualpipev) or a model {} deeper ({})",
                num_stages, pp, v, num_blocks, with_article(family.name), family.blocks_are, num_blocks,
-               static_cast<std::size_t>(num_stages) - num_blocks, family.deeper_by);
+               count_of(num_stages - static_cast<std::int64_t>(num_blocks), "block"), family.deeper_by);
 }
 
 // The compute schedule (validated) and its lowered form. A named schedule or `auto` is checked as its builder

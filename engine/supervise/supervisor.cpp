@@ -124,7 +124,8 @@ std::string after_bad_input(const RunPaths& paths) {
 // the bad option or key and the nearest valid one) and what to do; the exit code is the trainer's own for that kind
 // (give_up_exit_status: 64, 66, 78). Bad input is the job refusing its own command line or config before any work
 // (`job_exit`: the job's exit code, 64 unless the launcher refused it): nothing crashed and nothing is recovered, so
-// the line says that and how to run again, not where the checkpoints are.
+// the line says that and how to run again, not where the checkpoints are; the job's error (and the attempt's line,
+// note_failed_attempt's) already stands above it, so it is not repeated.
 int give_up_at_once(const SuperviseOptions& o, const RunPaths& paths, const Failure& failure, int job_exit,
                     SupervisorRecord& record) {
   const std::string why = fmt::format("{}: {}", failure_kind_name(failure.kind), failure.why);
@@ -135,8 +136,8 @@ int give_up_at_once(const SuperviseOptions& o, const RunPaths& paths, const Fail
   if (failure.kind == FailureKind::kBadInput) {
     const std::string code = job_exit == exit_status(ExitCode::kBadInput) ? fmt::format(", exit {}", job_exit) : "";
     log::error("run: giving up at once, a restart cannot cure this ({}): the job refused its command line or config "
-               "before any work (bad input{}; its error above says what to change): {}; once that is changed, {}",
-               spent, code, failure.why, after_bad_input(paths));
+               "before any work (bad input{}; its error above says what to change); once that is changed, {}",
+               spent, code, after_bad_input(paths));
   } else {
     log::error("run: giving up at once, a restart cannot cure this ({}): {}; nothing was renamed or deleted under {} "
                "({} and run the same command with --resume auto after the --, or start a fresh run in another "

@@ -44,8 +44,8 @@ std::array<double, 2> baton_exposed(const std::array<PairSide, 2>& sides) {
     }
     t += (side.compute - side.tail) / (side.waits + 1);
     ++st.segments_done;
-    if (st.segments_done == side.waits + 1) t += side.tail;
     if (st.segments_done == side.waits + 1) {
+      t += side.tail;
       st.finished = true;
     } else {
       st.ready_at = t + (side.all_to_all - side.own) / side.waits;

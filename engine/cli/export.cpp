@@ -39,10 +39,12 @@ ArgParser export_args() {
 latest complete one), consolidated from whatever layout it was saved under. --format cleave: one safetensors
 file under Cleave's logical parameter names (as in index.json; a tied LM head is the embedding table).
 --format hf: a Hugging Face model directory (config.json + safetensors) that transformers' from_pretrained
-loads: GPT2LMHeadModel for a gpt model; LlamaForCausalLM, MistralForCausalLM (a sliding window) or
-Qwen2ForCausalLM (q/k/v biases) for a llama one. A model imported from Hugging Face (cleave import, train
---init-from) exports as its source class with the source's config.json keys (token ids, dropout, ...),
-generation_config.json and the tokenizer files the source directory has (docs/checkpoints.md).)");
+loads: GPT2LMHeadModel for a gpt model; LlamaForCausalLM, MistralForCausalLM (a sliding window),
+Qwen2ForCausalLM (q/k/v biases) or Qwen3ForCausalLM (q/k norms) for a llama one; MixtralForCausalLM,
+Qwen3MoeForCausalLM (q/k norms) or Qwen2MoeForCausalLM (a gated shared expert) for a moe one. A model
+imported from Hugging Face (cleave import, train --init-from) exports as its source class with the source's
+config.json keys (token ids, dropout, ...), generation_config.json and the tokenizer files the source directory
+has (docs/checkpoints.md).)");
   p.positional("CHECKPOINT", "checkpoint")
       .text("--out", "PATH", "the file (cleave) or directory (hf) to write (required; an existing one is refused)")
       .text("--format", "F", "cleave (default) or hf", "cleave")

@@ -46,12 +46,12 @@ constexpr std::int64_t kMaxTokens = 65536;
 
 ArgParser generate_args() {
   ArgParser p("generate", "cleave generate CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] [--tokenizer FILE [--bos auto|none]]",
-              R"(Samples N tokens (default 200) from a GPT checkpoint (a step_NNNNNNN directory or a checkpoint.dir
-holding them) on one CPU rank and prints the prompt and the continuation. With --tokenizer the prompt is encoded
-(after the BOS the tokenizer puts before each document, as transformers encodes it) and the output decoded by that
-tokenizer.json, and model.vocab_size must be at least its vocabulary (below 256 too). Without it the prompt's bytes
-are the tokens (model.vocab_size >= 256): a vocabulary of 256 is printed as bytes, a larger one as token ids
-(space-separated, prompt first).)");
+              R"(Samples N tokens (default 200) from a gpt, llama or moe checkpoint (a step_NNNNNNN directory or a
+checkpoint.dir holding them) on one CPU rank and prints the prompt and the continuation. With --tokenizer the
+prompt is encoded (after the BOS the tokenizer puts before each document, as transformers encodes it) and the
+output decoded by that tokenizer.json, and model.vocab_size must be at least its vocabulary (below 256 too).
+Without it the prompt's bytes are the tokens (model.vocab_size >= 256): a vocabulary of 256 is printed as bytes,
+a larger one as token ids (space-separated, prompt first).)");
   p.positional("CHECKPOINT", "checkpoint")
       .text("--prompt", "TEXT", "the context (bytes are tokens, or --tokenizer's ids; the model's context of them is\n"
               "seen: model.max_seq_len tokens for rotary positions, model.seq_len for learned ones)")

@@ -70,7 +70,7 @@ constexpr Command kCommands[] = {
      cleave::cli::run_tokenize},
     {"import", "convert a Hugging Face model directory (GPT-2, Llama, Mistral, Qwen, Mixtral) into a checkpoint",
      cleave::cli::run_import},
-    {"generate", "sample text from a GPT or Llama checkpoint on one CPU rank (bytes, or --tokenizer tokenizer.json)",
+    {"generate", "sample text from a gpt, llama or moe checkpoint on one CPU rank (bytes, or --tokenizer tokenizer.json)",
      cleave::cli::run_generate},
     {"report", "write report.html for a run directory (curves, memory per rank, layout, config)",
      cleave::cli::run_report},

@@ -35,8 +35,9 @@ rank's slot (and every slot --health-check refuses), picks a layout for the rank
 same tp x cp x pp and ep with a smaller dp; default: the planner's best plan under the memory cap) and restarts from the
 newest complete checkpoint with the same global batch, at most --max-restarts times. Every attempt and
 restart is recorded in <train.out_dir>/supervisor/supervisor.json, run.json ("restarts") and metrics.jsonl
-(the first row after a restart). SIGTERM (a preemption notice) makes every rank save a checkpoint and stop
-(exit 75). docs/multi-rank.md, "Recovery".)");
+(the first row after a restart). A job that refuses its command line or config (exit 64) or its checkpoint
+(66, 78) is not restarted: cleave run ends at once with its exit code. SIGTERM (a preemption notice) makes every
+rank save a checkpoint and stop (exit 75). docs/multi-rank.md, "Recovery".)");
   p.count("--slots", "N", "ranks on this machine (default: SLURM_NTASKS inside an allocation)", std::nullopt)
       .text("--hostfile", "FILE", "Open MPI hostfile ('HOST slots=N' lines): the slots, in order")
       .count("--min-ranks", "M", "give up when fewer ranks are left", 1)

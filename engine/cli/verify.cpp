@@ -24,8 +24,8 @@ namespace {
 
 ArgParser verify_args() {
   ArgParser p("verify", "mpirun -np N cleave verify [CONFIG.json] [--set key.path=value ...] [options]",
-              R"(Trains the configured layout (tp x dp x pp over N ranks) and, inside rank 0, a single-rank reference
-from the same seed, then prints each step's loss in both, and the worst per-parameter differences of the
+              R"(Trains the configured layout (tp x cp x dp x pp, and ep, over N ranks) and, inside rank 0, a single-rank
+reference from the same seed, then prints each step's loss in both, and the worst per-parameter differences of the
 final weights (gathered into logical tensors). Exits 1 when a difference exceeds its tolerance.)");
   p.positional("CONFIG.json", "config file")
       .config_overrides()

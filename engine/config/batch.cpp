@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -83,20 +84,38 @@ std::string divisors_of(std::int64_t world) {
   return out;
 }
 
-// The layout keys against the world size: tp × cp × pp divides it and an explicit dp is what it leaves.
+// The key a world size that tp × cp × pp does not divide is refused under (so the refusal says where it came from,
+// "config FILE: key: ..." or "--set key=value: key: ..."): the first of cp, pp and tp whose size alone does not divide
+// the world, else (each divides, their product does not) the largest of them.
+std::string_view world_layout_key(std::int64_t tp, std::int64_t cp, std::int64_t pp, std::int64_t world) {
+  const std::pair<std::string_view, std::int64_t> sizes[] = {{"parallel.context_parallel_size", cp},
+                                                              {"parallel.pipeline_model_parallel_size", pp},
+                                                              {"parallel.tensor_model_parallel_size", tp}};
+  for (const auto& [key, size] : sizes) {
+    if (world % size != 0) return key;
+  }
+  const auto* largest = &sizes[0];
+  for (const auto& s : sizes) {
+    if (s.second > largest->second) largest = &s;
+  }
+  return largest->first;
+}
+
+// The layout keys against the world size: tp × cp × pp divides it and an explicit dp is what it leaves. Refusals are
+// ConfigKeyErrors (the caller adds where the key came from).
 int data_parallel_size_of(const ParallelConfig& parallel, int world_size) {
   const std::int64_t tp = parallel.tensor_model_parallel_size;  // 64-bit: tp × cp × pp may pass INT_MAX
   const std::int64_t pp = parallel.pipeline_model_parallel_size;
   const std::int64_t cp = parallel.context_parallel_size;
   const std::int64_t model = tp * cp * pp;
   if (cp == 1) {
-    CLEAVE_CHECK(world_size % model == 0,
+    CLEAVE_CHECK_KEY(world_size % model == 0, std::string(world_layout_key(tp, cp, pp, world_size)),
                  "world size {} is not divisible by tp({}) × pp({}) = {} (parallel.tensor_model_parallel_size × "
                  "parallel.pipeline_model_parallel_size); launch a multiple of {} ranks, or set tp × pp to a "
                  "divisor of {} ({})",
                  world_size, tp, pp, model, model, world_size, divisors_of(world_size));
   } else {
-    CLEAVE_CHECK(world_size % model == 0,
+    CLEAVE_CHECK_KEY(world_size % model == 0, std::string(world_layout_key(tp, cp, pp, world_size)),
                  "world size {} is not divisible by tp({}) × cp({}) × pp({}) = {} (parallel.context_parallel_size = "
                  "{}); launch a multiple of {} ranks{}",
                  world_size, tp, cp, pp, model, cp, model,
@@ -110,9 +129,8 @@ int data_parallel_size_of(const ParallelConfig& parallel, int world_size) {
   }
   const int dp = static_cast<int>(world_size / model);
   if (parallel.data_parallel_size != -1) {
-    CLEAVE_CHECK(parallel.data_parallel_size == dp,
-                 "parallel.data_parallel_size is {}, but world size {} / (tp {} × cp {} × pp {}) = {}; launch {} "
-                 "or set it to -1",
+    CLEAVE_CHECK_KEY(parallel.data_parallel_size == dp, "parallel.data_parallel_size",
+                 "{}, but world size {} / (tp {} × cp {} × pp {}) = {}; launch {} or set it to -1",
                  parallel.data_parallel_size, world_size, tp, cp, pp, dp,
                  count_of(model * parallel.data_parallel_size, "rank"));
   }

@@ -22,6 +22,7 @@
 #include "partition/cp_rules.hpp"
 #include "partition/ep_costs.hpp"
 #include "partition/ep_rules.hpp"
+#include "partition/families/family.hpp"
 #include "partition/hardware_profile.hpp"
 #include "partition/tp_rules.hpp"
 #include "pipeline/schedule_text.hpp"
@@ -134,16 +135,15 @@ void check_layout(const RunConfig& c) {
            "has {} entries, expected pipeline_model_parallel_size {} × {} = {}", p.partition.blocks_per_stage.size(),
            p.pipeline_model_parallel_size, per_rank, stages);
     }
-    // The stages cover the model's blocks (a language model: embedding, each transformer block, final norm, head,
-    // loss), refused here rather than by the partitioner once the world is up.
+    // The stages cover the model's blocks (Family::blocks_are says which they are), refused here rather than by the
+    // partitioner once the world is up.
     const std::size_t blocks = partition::make_model_spec(c.model.type, c.model).blocks.size();
     const std::int64_t sum = std::accumulate(p.partition.blocks_per_stage.begin(), p.partition.blocks_per_stage.end(),
                                              std::int64_t{0});
     if (sum != static_cast<std::int64_t>(blocks)) {
-      refuse("parallel.partition.blocks_per_stage", "[{}] covers {} blocks, and model.type {} has {}{} (sum {} != {}); "
-             "give entries that sum to {}", fmt::join(p.partition.blocks_per_stage, ","), sum, c.model.type, blocks,
-             partition::is_language_model(c.model.type) ? ": embedding, n_layers, final norm, head and loss" : "",
-             sum, blocks, blocks);
+      refuse("parallel.partition.blocks_per_stage", "[{}] covers {} blocks, and model.type {} has {}: {} (sum {} != "
+             "{}); give entries that sum to {}", fmt::join(p.partition.blocks_per_stage, ","), sum, c.model.type,
+             blocks, partition::family(c.model.type).blocks_are, sum, blocks, blocks);
     }
   } else if (p.partition.method == PartitionMethod::kManual) {
     refuse("parallel.partition.blocks_per_stage", "missing; required with method \"manual\" (one block count per stage)");

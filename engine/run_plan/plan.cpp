@@ -8,10 +8,12 @@
 #include <memory>
 #include <optional>
 
+#include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/run_plan/memory_plan.hpp"
 #include "partition/cost_model.hpp"
+#include "partition/families/family.hpp"
 #include "pipeline/lowering.hpp"
 #include "pipeline/overlap_schedule.hpp"
 #include "pipeline/schedule_text.hpp"
@@ -138,16 +140,19 @@ std::string stage_count_key(const config::RunConfig& config) {
 }
 
 // A ConfigKeyError on `key`, so a command says where the key came from ("config FILE: key: ..." or "--set k=v: ...").
-void check_stage_count(std::int64_t num_stages, int pp, int v, std::size_t num_blocks, const std::string& key) {
+// The model's blocks and the key that adds more are the family's words (Family::blocks_are, deeper_by).
+void check_stage_count(std::int64_t num_stages, int pp, int v, std::size_t num_blocks, const std::string& key,
+                       partition::ModelType type) {
   // Each stage runs at least one block. The message names the keys: parallel.virtual_pipeline_stages 1 means the
   // schedule's default, 2 for the two-chunk schedules, so "virtual stages 2" alone did not say where the 2 came from.
+  const partition::Family& family = partition::family(type);
   CLEAVE_CHECK_KEY(static_cast<std::size_t>(num_stages) <= num_blocks, key,
                "{} pipeline stages (pipeline_model_parallel_size {} x virtual stages {}) but the model "
-               "has only {} blocks (a language model's: its embedding, the model.n_layers transformer blocks, final "
-               "norm, head and loss) and each stage needs at least one; use pipeline_model_parallel_size x virtual "
-               "stages <= {} (parallel.virtual_pipeline_stages, whose 1 means the schedule's default: 2 for "
-               "interleaved_1f1b, zb_v and dualpipev) or a model {} blocks deeper (model.n_layers)",
-               num_stages, pp, v, num_blocks, num_blocks, static_cast<std::size_t>(num_stages) - num_blocks);
+               "has only {} blocks ({} model's: {}) and each stage needs at least one; use "
+               "pipeline_model_parallel_size x virtual stages <= {} (parallel.virtual_pipeline_stages, whose 1 means "
+               "the schedule's default: 2 for interleaved_1f1b, zb_v and dualpipev) or a model {} deeper ({})",
+               num_stages, pp, v, num_blocks, with_article(family.name), family.blocks_are, num_blocks,
+               count_of(num_stages - static_cast<std::int64_t>(num_blocks), "block"), family.deeper_by);
 }
 
 // The compute schedule (validated) and its lowered form. A named schedule or `auto` is checked as its builder
@@ -169,7 +174,8 @@ std::shared_ptr<const ScheduleCache::Entry> compute_and_lowered(const config::Ru
       config::check_schedule_microbatches(config, num_microbatches);
       pipeline::check_schedule_args(name, pp, num_microbatches, v);
     }
-    check_stage_count(static_cast<std::int64_t>(pp) * v, pp, v, num_blocks, stage_count_key(config));
+    check_stage_count(static_cast<std::int64_t>(pp) * v, pp, v, num_blocks, stage_count_key(config),
+                      config.model.type);
     if (cache != nullptr) {
       key = auto_options ? auto_schedule_key(pp, num_microbatches, *auto_options)
                          : fmt::format("{} pp{} m{} v{}", name, pp, num_microbatches, v);
@@ -222,7 +228,8 @@ Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_ran
 
   // A schedule file's stages (a named schedule and auto were checked before they were built).
   const int num_stages = plan.schedule.num_stages;
-  check_stage_count(num_stages, plan.schedule.pp_size, plan.schedule.virtual_stages, costs.size(), "parallel.schedule");
+  check_stage_count(num_stages, plan.schedule.pp_size, plan.schedule.virtual_stages, costs.size(), "parallel.schedule",
+                    config.model.type);
   const std::int64_t micro = config.resolved_batch().micro_batch_size;
   const double per_param_byte = 1.0 + training_bytes_per_param_byte(config.optimizer);
   std::vector<partition::BlockProfile> blocks;

@@ -25,6 +25,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/exit_code.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/core/output_path.hpp"
@@ -99,28 +100,50 @@ void save_record(const RunPaths& paths, const SupervisorRecord& record) {
   replace_file((fs::path(paths.dir) / "supervisor.json").string(), supervisor_json_text(record));
 }
 
-// What the user does about a failure no restart cures, before running the same command again.
+// What the user does about a checkpoint no restart can use, before running the same command again.
 std::string_view cure_of(FailureKind kind) {
-  switch (kind) {
-    case FailureKind::kCheckpointMismatch: return "make the config fit the checkpoint as the message says";
-    case FailureKind::kBadInput: return "fix the command line or the config as the message says";
-    default: return "restore a damaged checkpoint's files";
+  return kind == FailureKind::kCheckpointMismatch ? "make the config fit the checkpoint as the message says"
+                                                   : "restore a damaged checkpoint's files";
+}
+
+// How to run again once the job's refused command line or config is fixed: from the newest checkpoint when there is
+// one, else a fresh start (with --resume auto where train.out_dir already holds the run's files, which a fresh start
+// of cleave run refuses).
+std::string after_bad_input(const RunPaths& paths) {
+  if (const auto latest = restart_checkpoint(paths.ckpt_root).checkpoint) {
+    return fmt::format("continue from {} with the same cleave run command and --resume auto after the --", *latest);
   }
+  const bool holds_run = fs::exists(fs::path(paths.out_dir) / "metrics.jsonl") ||
+                         fs::exists(fs::path(paths.out_dir) / "config.json");
+  return holds_run ? "run the same cleave run command with --resume auto after the -- (no checkpoint was written)"
+                   : "run the same cleave run command again (no checkpoint was written)";
 }
 
 // A failure no restart cures (recovery_policy.hpp: restart_can_cure): the job ends now, the budget unspent, with
 // the trainer's own line (it names each checkpoint and what is wrong, each key refused and how to set it back, or
 // the bad option or key and the nearest valid one) and what to do; the exit code is the trainer's own for that kind
-// (give_up_exit_status: 64, 66, 78).
-int give_up_at_once(const SuperviseOptions& o, const RunPaths& paths, const Failure& failure, SupervisorRecord& record) {
+// (give_up_exit_status: 64, 66, 78). Bad input is the job refusing its own command line or config before any work
+// (`job_exit`: the job's exit code, 64 unless the launcher refused it): nothing crashed and nothing is recovered, so
+// the line says that and how to run again, not where the checkpoints are; the job's error (and the attempt's line,
+// note_failed_attempt's) already stands above it, so it is not repeated.
+int give_up_at_once(const SuperviseOptions& o, const RunPaths& paths, const Failure& failure, int job_exit,
+                    SupervisorRecord& record) {
   const std::string why = fmt::format("{}: {}", failure_kind_name(failure.kind), failure.why);
   record.outcome = "failed: " + why;
   save_record(paths, record);
-  const std::string_view cure = cure_of(failure.kind);
-  log::error("run: giving up at once, a restart cannot cure this ({} of --max-restarts {} restarts made, the rest "
-             "not spent): {}; nothing was renamed or deleted under {} ({} and run the same command with --resume "
-             "auto after the --, or start a fresh run in another train.out_dir)",
-             record.restarts.size(), o.max_restarts, why, paths.ckpt_root, cure);
+  const std::string spent = fmt::format("{} of --max-restarts {} restarts made, the rest not spent",
+                                        record.restarts.size(), o.max_restarts);
+  if (failure.kind == FailureKind::kBadInput) {
+    const std::string code = job_exit == exit_status(ExitCode::kBadInput) ? fmt::format(", exit {}", job_exit) : "";
+    log::error("run: giving up at once, a restart cannot cure this ({}): the job refused its command line or config "
+               "before any work (bad input{}; its error above says what to change); once that is changed, {}",
+               spent, code, after_bad_input(paths));
+  } else {
+    log::error("run: giving up at once, a restart cannot cure this ({}): {}; nothing was renamed or deleted under {} "
+               "({} and run the same command with --resume auto after the --, or start a fresh run in another "
+               "train.out_dir)",
+               spent, why, paths.ckpt_root, cure_of(failure.kind));
+  }
   return give_up_exit_status(failure.kind);
 }
 
@@ -249,13 +272,13 @@ std::optional<int> after_failure(const SuperviseOptions& o, const RunPaths& path
                                  const AttemptRun& run, AttemptRecord a, LoopState& state) {
   SupervisorRecord& record = state.record;
   const FailedAttempt failed = note_failed_attempt(paths, run, std::move(a), record);
-  if (!restart_can_cure(failed.failure.kind)) return give_up_at_once(o, paths, failed.failure, record);
+  if (!restart_can_cure(failed.failure.kind)) return give_up_at_once(o, paths, failed.failure, run.exit_code, record);
 
   const std::vector<bool> healthy = check_health(o.health_check, state.slots);
   // The checkpoint as the restart will find it: looked at after everything else that runs before it.
   const RestartFrom from = restart_checkpoint(paths.ckpt_root);
   if (from.no_intact) {  // the restart would stop at its load: stop now, with its message
-    return give_up_at_once(o, paths, {FailureKind::kNoIntactCheckpoint, {}, *from.no_intact}, record);
+    return give_up_at_once(o, paths, {FailureKind::kNoIntactCheckpoint, {}, *from.no_intact}, run.exit_code, record);
   }
   std::vector<Slot> left = remaining_slots(state.slots, failed.failure, healthy);
   const std::string note = keep_note(from.checkpoint, failed.rows, paths);

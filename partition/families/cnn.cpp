@@ -95,6 +95,8 @@ Family cnn_family() {
   f.make_spec = cnn_spec;
   f.classifier = cnn_classifier;
   f.check_digits_input = cnn_check_digits_input;
+  f.blocks_are = "a conv2d, relu and max-pool per model.channels entry, flatten, the linear to the classes and the loss";
+  f.deeper_by = "model.channels, 3 blocks per entry";
   return f;
 }
 

@@ -28,6 +28,7 @@ Tables make_tables() {
     CLEAVE_ASSERT(static_cast<std::size_t>(f.type) == i && f.name == enum_name(f.type),
                   "family table row {} is '{}', expected '{}'", i, f.name, enum_name(static_cast<ModelType>(i)));
     CLEAVE_ASSERT(f.make_spec != nullptr, "family '{}' has no make_spec", f.name);
+    CLEAVE_ASSERT(!f.blocks_are.empty() && !f.deeper_by.empty(), "family '{}' does not describe its blocks", f.name);
     CLEAVE_ASSERT(!f.language_model || f.token_sizes != nullptr, "language model family '{}' has no token_sizes",
                   f.name);
     CLEAVE_ASSERT((f.check_tensor_parallel == nullptr) == (f.tp_sizes == nullptr),

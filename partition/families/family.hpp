@@ -102,6 +102,12 @@ struct Family {
   // ConfigKeyError naming the model key when the family cannot train at `zero_stage` over dp × cp ranks (moe: the
   // sigmoid router's bias update needs the bias whole). Null: every ZeRO stage and dp × cp.
   void (*check_data_parallel)(const FamilyConfigs& configs, int zero_stage, std::int64_t dp, std::int64_t cp) = nullptr;
+  // Required, for messages about the block count (more pipeline stages than blocks; blocks_per_stage's sum): what
+  // the blocks are, as a clause ("its embedding, the model.n_layers transformer blocks, final norm, head and loss"),
+  // and the key that makes the model deeper, with the blocks each entry adds where not one ("model.hidden, 2 blocks
+  // per entry").
+  std::string_view blocks_are;
+  std::string_view deeper_by;
 };
 
 // The row of `type`; asserts that the table has it.

@@ -90,6 +90,8 @@ Family gpt_family() {
   f.check_tensor_parallel = gpt_check_tensor_parallel;
   f.tp_sizes = gpt_tp_sizes;
   f.sequence_parallel = true;
+  f.blocks_are = spec_util::kLanguageModelBlocks;
+  f.deeper_by = "model.n_layers";
   return f;
 }
 

@@ -165,6 +165,8 @@ Family llama_family() {
   f.check_tensor_parallel = llama_check_tensor_parallel_of;
   f.tp_sizes = llama_tp_sizes_of;
   f.sequence_parallel = true;
+  f.blocks_are = spec_util::kLanguageModelBlocks;
+  f.deeper_by = "model.n_layers";
   return f;
 }
 

@@ -60,6 +60,8 @@ Family mlp_family() {
   f.make_spec = mlp_spec;
   f.classifier = mlp_classifier;
   f.check_digits_input = mlp_check_digits_input;
+  f.blocks_are = "a linear and an activation per model.hidden entry, the linear to the classes and the loss";
+  f.deeper_by = "model.hidden, 2 blocks per entry";
   return f;
 }
 

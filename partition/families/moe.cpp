@@ -9,6 +9,7 @@
 
 #include "engine/core/error.hpp"
 #include "partition/families/family.hpp"
+#include "partition/families/spec_util.hpp"
 #include "partition/model_spec.hpp"
 
 namespace cleave::partition {
@@ -144,6 +145,8 @@ Family moe_family() {
   f.tp_sizes = moe_tp_sizes;
   f.sequence_parallel = true;
   f.check_data_parallel = moe_check_data_parallel;
+  f.blocks_are = spec_util::kLanguageModelBlocks;
+  f.deeper_by = "model.n_layers";
   return f;
 }
 

@@ -11,6 +11,11 @@
 
 namespace cleave::partition::spec_util {
 
+// The language models' blocks (gpt, llama, moe: Family::blocks_are): token_embedding_block, one per layer, the final
+// norm and append_lm_head_and_loss's two.
+inline constexpr std::string_view kLanguageModelBlocks =
+    "its embedding, the model.n_layers transformer blocks, final norm, head and loss";
+
 // Throws ConfigKeyError "model.<key>: must be > 0, got <value>" unless value > 0.
 void check_positive(std::int64_t value, std::string_view key);
 

@@ -114,9 +114,9 @@ bad_input data-short-eval-split late 'short\.txt: the eval split \(last 20% = da
 bad_input data-token-id late 'big_ids\.bin: token 300 at position 2 is ≥ model\.vocab_size 256' --set data.type=tokens \
     --set data.format=uint16 --set data.path=big_ids.bin --set model.seq_len=2 --set train.eval_batches=0
 # A layout the world size does not divide: bad input too (it exited 1), refused before the data files and the world.
-bad_input world-layout early 'world size 1 is not divisible by tp\(1\) × pp\(2\) = 2 \(parallel\.tensor_model_parallel_size × parallel\.pipeline_model_parallel_size\); launch a multiple of 2 ranks, or set tp × pp to a divisor of 1 \(1\)' \
+bad_input world-layout early '--set parallel\.pipeline_model_parallel_size=2: parallel\.pipeline_model_parallel_size: world size 1 is not divisible by tp\(1\) × pp\(2\) = 2 \(parallel\.tensor_model_parallel_size × parallel\.pipeline_model_parallel_size\); launch a multiple of 2 ranks, or set tp × pp to a divisor of 1 \(1\)' \
     --set parallel.pipeline_model_parallel_size=2 --set data.type=tokens --set data.path=no/such/file.bin
-bad_input cp-world early 'world size 1 is not divisible by tp\(1\) × cp\(2\) × pp\(1\) = 2.*context_parallel_size to 1' \
+bad_input cp-world early '--set parallel\.context_parallel_size=2: parallel\.context_parallel_size: world size 1 is not divisible by tp\(1\) × cp\(2\) × pp\(1\) = 2.*context_parallel_size to 1' \
     --set parallel.context_parallel_size=2
 bad_input virtual-stages early 'parallel\.virtual_pipeline_stages: schedule 1f1b runs one stage per rank.*got virtual_stages 3.*set it to 1' \
     --set parallel.virtual_pipeline_stages=3
@@ -239,12 +239,15 @@ if [ $# -ge 3 ]; then
     fi
     echo "ok   $name: exit 64 on $ranks ranks: $(grep -E -- "$pattern" <<<"$out" | head -n 1 | cut -c1-150)"
   }
-  world_input world-tp 3 'world size 3 is not divisible by tp\(2\) × pp\(1\) = 2 \(parallel\.tensor_model_parallel_size × parallel\.pipeline_model_parallel_size\); launch a multiple of 2 ranks, or set tp × pp to a divisor of 3 \(1, 3\)' \
+  world_input world-tp 3 '--set parallel\.tensor_model_parallel_size=2: parallel\.tensor_model_parallel_size: world size 3 is not divisible by tp\(2\) × pp\(1\) = 2 \(parallel\.tensor_model_parallel_size × parallel\.pipeline_model_parallel_size\); launch a multiple of 2 ranks, or set tp × pp to a divisor of 3 \(1, 3\)' \
       --set parallel.tensor_model_parallel_size=2
-  world_input world-cp 3 'world size 3 is not divisible by tp\(1\) × cp\(2\) × pp\(1\) = 2 \(parallel\.context_parallel_size = 2\); launch a multiple of 2 ranks, or set parallel\.context_parallel_size to a divisor of 3' \
+  world_input world-cp 3 '--set parallel\.context_parallel_size=2: parallel\.context_parallel_size: world size 3 is not divisible by tp\(1\) × cp\(2\) × pp\(1\) = 2 \(parallel\.context_parallel_size = 2\); launch a multiple of 2 ranks, or set parallel\.context_parallel_size to a divisor of 3' \
       --set parallel.context_parallel_size=2
-  world_input world-dp 2 'parallel\.data_parallel_size is 4, but world size 2 / \(tp 1 × cp 1 × pp 1\) = 2; launch 4 ranks or set it to -1' \
+  world_input world-dp 2 '--set parallel\.data_parallel_size=4: parallel\.data_parallel_size: 4, but world size 2 / \(tp 1 × cp 1 × pp 1\) = 2; launch 4 ranks or set it to -1' \
       --set parallel.data_parallel_size=4
+  echo '{"parallel": {"tensor_model_parallel_size": 2}}' > tp2.json
+  world_input world-tp-file 3 'error: config tp2\.json: parallel\.tensor_model_parallel_size: world size 3 is not divisible by tp\(2\) × pp\(1\) = 2' \
+      tp2.json
   world_input world-batch 3 'batch: global_batch_size 8 is not divisible by data-parallel size 3' --set batch.global_batch_size=8
   # The refusals made once the world size is known name where their key came from, as the config reader's do.
   world_input world-ep 3 '--set parallel\.expert_model_parallel_size=2: parallel\.expert_model_parallel_size: 2 does not divide the dp × cp = 3 × 1 = 3 ranks.*use expert_model_parallel_size in' \

@@ -94,7 +94,8 @@ refuse_input "cleave run -- --init-from, config.json's heads" "num_attention_hea
 ! grep -q "run: attempt" bad.log || { cat bad.log; fail "cleave run started a job for a bad --init-from config.json"; }
 "$cleave" run --slots 2 --launcher "${mpiexec[*]}" -- --init-from dropped --set train.out_dir=run7 > run7.log 2>&1 \
   && { cat run7.log; fail "cleave run -- --init-from dropped: accepted"; }
-grep -q "run: giving up at once, a restart cannot cure this (0 of --max-restarts 3 restarts made.*bad input: $dropped_msg" run7.log &&
+grep -q "$dropped_msg" run7.log &&
+  grep -q "run: giving up at once, a restart cannot cure this (0 of --max-restarts 3 restarts made, the rest not spent): the job refused its command line or config before any work (bad input, exit 64; " run7.log &&
   [ "$(grep -c '^run: attempt' run7.log)" -eq 1 ] || { cat run7.log; fail "cleave run spent restarts on a tensor missing"; }
 echo "ok   cleave run -- --init-from, a tensor missing: stopped after the first attempt, no restart spent"
 cp -r mix jitter && python3 -c "

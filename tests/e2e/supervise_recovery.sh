@@ -399,7 +399,8 @@ SH
   CLEAVE_FAULT_INJECT_1=1:5:forward:kill timed sup --slots 2 --keep-layout --max-restarts 3 --health-check "$work/edit_key.sh" \
     -- key.json --set train.out_dir=key --set checkpoint.background=false > key.log 2>&1; rc=$?
   [ $rc = 64 ] || { cat key.log; fail "an unknown key: cleave run exited $rc, not the job's 64"; }
-  grep -q "run: giving up at once, a restart cannot cure this (1 of --max-restarts 3 restarts made, the rest not spent): bad input: config key.json: unknown key optimizer.lrr (did you mean optimizer.lr?); .*fix the command line or the config" key.log \
+  grep -q "error: config key.json: unknown key optimizer.lrr (did you mean optimizer.lr?)" key.log &&
+    grep -q "run: giving up at once, a restart cannot cure this (1 of --max-restarts 3 restarts made, the rest not spent): the job refused its command line or config before any work (bad input, exit 64; its error above says what to change); once that is changed, continue from key/checkpoints/step_0000004 with the same cleave run command and --resume auto after the --" key.log \
     || { cat key.log; fail "an unknown key: the supervisor's message"; }
   [ "$(field key/supervisor/supervisor.json 'len(d["attempts"])')" = 2 ] || { cat key.log; fail "an unknown key: restarted again"; }
   [ "$(field key/supervisor/supervisor.json 'd["attempts"][1]["exit_code"]')" = 64 ] || fail "the attempt's exit code is not 64"
@@ -428,7 +429,18 @@ SH
   grep -q "run: the config does not run on the 2 slots given: memory: pp rank [01] needs about .* but device.memory_limit is 64.00 KiB.*nothing was started" cap.log \
     || { cat cap.log; fail "a config over its memory cap: the supervisor's message"; }
   [ ! -e cap ] || { cat cap.log; fail "a config over its memory cap: a job was started (cap/ written)"; }
-  echo "ok   cure: a refused config change (exit 78), every checkpoint cut short (quick check), an unknown key in the edited config, a typo in --allow-config-change and a config over its memory cap (exit 64) stop the job at once"
+  # Ranks past this host's memory (about 800 TiB of parameters and state; the supervisor's own check knows no host, as
+  # its ranks may run elsewhere): the job refuses its config before any work (exit 64) and the supervisor says so, with
+  # no talk of checkpoints or recovery, as nothing crashed and none was written.
+  timed sup --slots 2 --max-restarts 3 -- tiny.json --set train.out_dir=host --set model.d_model=65536 \
+    --set model.n_layers=1024 --set model.n_heads=64 > host.log 2>&1; rc=$?
+  [ $rc = 64 ] || { cat host.log; fail "ranks past the host's memory: cleave run exited $rc, not the job's 64"; }
+  grep -q "^error: memory: the 2 ranks on this host need .* of host memory" host.log &&
+    grep -q "run: giving up at once, a restart cannot cure this (0 of --max-restarts 3 restarts made, the rest not spent): the job refused its command line or config before any work (bad input, exit 64; its error above says what to change); once that is changed, run the same cleave run command again (no checkpoint was written)$" host.log \
+    || { cat host.log; fail "ranks past the host's memory: the supervisor's message"; }
+  ! grep -q "nothing was renamed or deleted\|run: restart" host.log || { cat host.log; fail "ranks past the host's memory: recovery talk"; }
+  [ "$(field host/supervisor/supervisor.json 'len(d["attempts"])')" = 1 ] || { cat host.log; fail "ranks past the host's memory: restarted"; }
+  echo "ok   cure: a refused config change (exit 78), every checkpoint cut short (quick check), an unknown key in the edited config, a typo in --allow-config-change, a config over its memory cap and ranks past the host's memory (exit 64) stop the job at once"
   ;;
 sigterm)
   sed 's/"steps": 12/"steps": 100000/' tiny.json > long.json

@@ -332,7 +332,13 @@ TEST(Config, ManualPartitionCountsTheSchedulesDefaultStages) {
   // The entries cover the model's blocks (the default gpt's 2 layers: 6), checked before any work.
   expect_error(R"({"parallel": {"pipeline_model_parallel_size": 2, "schedule": "zb_v", "partition": {"method": "manual",
                   "blocks_per_stage": [1, 2, 2, 2]}}})",
-               {"blocks_per_stage", "[1,2,2,2] covers 7 blocks", "model.type gpt has 6", "(sum 7 != 6)"});
+               {"blocks_per_stage", "[1,2,2,2] covers 7 blocks", "model.type gpt has 6: its embedding, the "
+                "model.n_layers transformer blocks, final norm, head and loss (sum 7 != 6)"});
+  // A classifier's blocks in its own family's words (the default mlp's 6).
+  expect_error(R"({"model": {"type": "mlp"}, "parallel": {"pipeline_model_parallel_size": 2, "partition":
+                  {"method": "manual", "blocks_per_stage": [1, 2]}}})",
+               {"[1,2] covers 3 blocks, and model.type mlp has 6: a linear and an activation per model.hidden entry, "
+                "the linear to the classes and the loss (sum 3 != 6)"});
   // An explicit count is the count; one-chunk schedules keep pp entries.
   EXPECT_NO_THROW(parse_config(R"({"parallel": {"pipeline_model_parallel_size": 2, "schedule": "interleaved_1f1b",
       "virtual_pipeline_stages": 3, "partition": {"method": "manual", "blocks_per_stage": [1, 1, 1, 1, 1, 1]}}})"));
@@ -581,7 +587,8 @@ TEST(Config, ResolveWorldSize) {
     d.resolve(4);
     ADD_FAILURE();
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("data_parallel_size is 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("parallel.data_parallel_size: 3, but world size 4"), std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("world size 4"), std::string::npos) << e.what();
   }
   try {
@@ -656,10 +663,36 @@ TEST(Config, ResolveWithOriginNamesWhereTheKeyCameFrom) {
                                         0),
             0u)
       << error_at(dual, {}, 2);
-  // A rule with no one key (the world against tp × pp) keeps its own wording; a config that fits resolves.
+  // The world against tp × cp × pp: filed under the first size that alone does not divide the world (else the
+  // largest), with where it came from; the message still names every size. A config that fits resolves.
   const std::string tp = R"({"parallel": {"tensor_model_parallel_size": 2}})";
-  EXPECT_NE(error_at(tp, {}, 3).find("world size 3 is not divisible by tp(2)"), std::string::npos)
+  EXPECT_EQ(error_at(tp, {}, 3).rfind("config run.json: parallel.tensor_model_parallel_size: world size 3 is not "
+                                      "divisible by tp(2) × pp(1) = 2",
+                                      0),
+            0u)
       << error_at(tp, {}, 3);
+  EXPECT_EQ(error_at(tp, {"parallel.pipeline_model_parallel_size=3"}, 3)
+                .rfind("config run.json: parallel.tensor_model_parallel_size: world size 3 is not divisible by tp(2) × "
+                       "pp(3) = 6",
+                       0),
+            0u)
+      << error_at(tp, {"parallel.pipeline_model_parallel_size=3"}, 3);
+  EXPECT_EQ(error_at("{}", {"parallel.pipeline_model_parallel_size=2", "parallel.tensor_model_parallel_size=2"}, 2)
+                .rfind("--set parallel.pipeline_model_parallel_size=2: parallel.pipeline_model_parallel_size: world "
+                       "size 2 is not divisible by tp(2) × pp(2) = 4",
+                       0),
+            0u);
+  EXPECT_EQ(error_at(R"({"parallel": {"context_parallel_size": 2}})", {}, 3)
+                .rfind("config run.json: parallel.context_parallel_size: world size 3 is not divisible by tp(1) × "
+                       "cp(2) × pp(1) = 2",
+                       0),
+            0u);
+  EXPECT_EQ(error_at(R"({"parallel": {"data_parallel_size": 3}})", {}, 2)
+                .rfind("config run.json: parallel.data_parallel_size: 3, but world size 2 / (tp 1 × cp 1 × pp 1) = 2; "
+                       "launch 3 ranks or set it to -1",
+                       0),
+            0u)
+      << error_at(R"({"parallel": {"data_parallel_size": 3}})", {}, 2);
   EXPECT_EQ(error_at(dual, {"batch.micro_batch_size=2"}, 2), "no error");
 }
 

@@ -14,10 +14,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "unit/docs/config_doc_rows.hpp"
 #include "unit/docs/markdown_table.hpp"
 #include "engine/config/config.hpp"
 #include "engine/config/fields.hpp"
@@ -83,26 +83,20 @@ struct DocRow {
 };
 
 std::map<std::string, DocRow> documented_keys() {
-  const std::string text = read_text(std::filesystem::path(CLEAVE_SOURCE_DIR) / "docs" / "config.md");
-  EXPECT_FALSE(text.empty()) << "docs/config.md is missing or empty";
+  const std::vector<ConfigDocRow> key_rows = config_doc_rows();
+  EXPECT_FALSE(key_rows.empty()) << "docs/config.md is missing or has no key rows";
   std::map<std::string, DocRow> rows;
-  std::istringstream lines(text);
-  std::string line;
-  for (int number = 1; std::getline(lines, line); ++number) {
-    const auto cells = table_cells(line);
-    if (!cells || cells->size() < 4) continue;
-    const auto key = first_code_span((*cells)[0]);
-    if (!key || key->find('.') == std::string::npos) continue;  // a header or a row of another table
-    DocRow row{number, std::nullopt, (*cells)[2]};
-    if (const auto value = first_code_span((*cells)[2])) {
+  for (const ConfigDocRow& r : key_rows) {
+    DocRow row{r.line, std::nullopt, r.cells[2]};
+    if (const auto value = first_code_span(r.cells[2])) {
       try {
         row.default_value = json::parse(*value);
       } catch (const json::exception&) {
-        ADD_FAILURE() << "docs/config.md:" << number << ": default of " << *key << " `" << *value
+        ADD_FAILURE() << "docs/config.md:" << r.line << ": default of " << r.key << " `" << *value
                       << "` is not JSON (write strings quoted, as in config.json)";
       }
     }
-    EXPECT_TRUE(rows.emplace(*key, row).second) << "docs/config.md:" << number << ": " << *key << " listed twice";
+    EXPECT_TRUE(rows.emplace(r.key, row).second) << "docs/config.md:" << r.line << ": " << r.key << " listed twice";
   }
   return rows;
 }

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "unit/docs/config_doc_rows.hpp"
 #include "unit/docs/markdown_table.hpp"
 #include "engine/config/enums.hpp"
 #include "engine/config/fields.hpp"
@@ -30,16 +31,8 @@ struct TypeRow {
 };
 
 std::map<std::string, TypeRow> type_cells() {
-  const std::string text = read_text(std::filesystem::path(CLEAVE_SOURCE_DIR) / "docs" / "config.md");
   std::map<std::string, TypeRow> rows;
-  std::istringstream lines(text);
-  std::string line;
-  for (int number = 1; std::getline(lines, line); ++number) {
-    const auto cells = table_cells(line);
-    if (!cells || cells->size() < 4) continue;
-    const auto key = first_code_span((*cells)[0]);
-    if (key && key->find('.') != std::string::npos) rows.emplace(*key, TypeRow{number, (*cells)[1]});
-  }
+  for (const ConfigDocRow& r : config_doc_rows()) rows.emplace(r.key, TypeRow{r.line, r.cells[1]});
   return rows;
 }
 

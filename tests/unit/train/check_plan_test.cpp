@@ -104,6 +104,37 @@ TEST(CheckPlanBeforeWorld, TooManyStagesNamesTheKeyAndWhereItCameFrom) {
   }
 }
 
+// The stage count's refusal says what the family's blocks are and which key adds more, in the family's words (the
+// family table's), not a language model's for a classifier.
+TEST(CheckPlanBeforeWorld, TooManyStagesNamesTheFamilysBlocks) {
+  struct Case {
+    std::vector<std::string> overrides;
+    int world;
+    std::string blocks, deeper;
+  };
+  const Case cases[] = {
+      {{"model.n_layers=1", "parallel.pipeline_model_parallel_size=6"}, 6,
+       "only 5 blocks (a gpt model's: its embedding, the model.n_layers transformer blocks, final norm, head and loss)",
+       "or a model 1 block deeper (model.n_layers)"},
+      // The default mlp: (linear, relu) x 2, the linear to the classes, the loss.
+      {{"model.type=mlp", "parallel.pipeline_model_parallel_size=7"}, 7,
+       "only 6 blocks (an mlp model's: a linear and an activation per model.hidden entry, the linear to the classes "
+       "and the loss)",
+       "or a model 1 block deeper (model.hidden, 2 blocks per entry)"},
+      // The default cnn: (conv2d, relu, max-pool) x 2, flatten, linear, loss.
+      {{"model.type=cnn", "parallel.pipeline_model_parallel_size=10"}, 10,
+       "only 9 blocks (a cnn model's: a conv2d, relu and max-pool per model.channels entry, flatten, the linear to "
+       "the classes and the loss)",
+       "or a model 1 block deeper (model.channels, 3 blocks per entry)"},
+  };
+  for (const Case& c : cases) {
+    const std::string m = refusal(c.overrides, c.world);
+    EXPECT_NE(m.find(c.blocks), std::string::npos) << m;
+    EXPECT_NE(m.find(c.deeper), std::string::npos) << m;
+    EXPECT_EQ(m.find("language model"), std::string::npos) << m;
+  }
+}
+
 // A model far past any machine's memory (about 800 TiB of parameters, gradients and AdamW state), with no
 // device.memory_limit: refused before the world, naming the rank count, the need, the host's figure and its source.
 TEST(CheckPlanBeforeWorld, RanksPastTheHostsPhysicalMemoryAreBadInput) {

@@ -85,6 +85,7 @@ LOG2E = 1.0 / np.log(2.0)
 A1, A3 = f32(-2.0 * LOG2E * K), f32(-2.0 * LOG2E * K * C)
 D0, D2 = f32(2.0 * K), f32(6.0 * K * C)
 MAGIC = f32(12582912.0)  # 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits
+F32_MAX = f32(np.finfo(np.float32).max)
 
 
 def pow2(w, q, w_max):
@@ -107,7 +108,6 @@ def gelu_new(x, q):
 
 
 X_CLAMP = f32(10.0)
-F32_MAX = f32(np.finfo(np.float32).max)
 
 
 def gelu_grad_new(x, q):

@@ -209,7 +209,8 @@ def main():
             for name, (kernel, which) in kernels.items():
                 got = error_rows(x, kernel(x), want[which])
                 rows[name] = [(max(a[0], b[0]), max(a[1], b[1])) for a, b in zip(rows[name], got)]
-    print(f"\nGELU against the double formula, every {stride}th float with 1e-3 <= |x| <= 10 ({count:,} values):")
+    every = "every" if stride == 1 else f"every {stride}th"
+    print(f"\nGELU against the double formula, {every} float with 1e-3 <= |x| <= 10 ({count:,} values):")
     print("largest absolute error per interval of x (in units of the tests' tolerance 1e-6 + 1e-5 |want|)")
     print("| x | " + " | ".join(rows) + " |")
     print("| --- |" + " ---: |" * len(rows))

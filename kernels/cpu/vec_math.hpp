@@ -1,4 +1,5 @@
-// Internal: explicitly vectorised float math for the hot loops (softmax, cross-entropy, attention, GELU).
+// Internal: explicitly vectorised float math for the hot loops (softmax, cross-entropy, attention, SwiGLU; GELU has
+// its own 2^w in gelu.cpp since 2026-12-01, and takes only U32Of from here).
 //
 // libm's expf/tanhf are scalar calls, and GCC will not if-convert a clamped polynomial exp under the
 // default -ftrapping-math, so loops written with them stay scalar. These helpers use GCC/Clang generic
@@ -60,7 +61,7 @@ struct U32Of {
 };
 
 // exp_vec and tanh_vec are templates over the vector type, so a loop compiled for a wider instruction set
-// (gelu.cpp's AVX2 and AVX-512 paths) runs the same operations on more lanes; always_inline puts their body
+// (swiglu.cpp's AVX2 and AVX-512 paths) runs the same operations on more lanes; always_inline puts their body
 // inside that loop's target.
 template <class F>
 [[gnu::always_inline]] inline F exp_vec(F x) {

@@ -1,11 +1,11 @@
 // `cleave profile CONFIG [--out FILE] [--world N] [--tp LIST] [--micro-batches LIST] [--repeats N] [--rounds R]
 // [--warm-caches] [--ep-imbalance-steps N] [--set key=value ...]`, alone or under mpirun: measures this machine for
 // CONFIG's model with the real layers and kernels (engine/planner/profile_measure.hpp) and writes a hardware profile
-// (profiles/README.md) whose measured tables `cleave plan --profile` and `cleave simulate --config --profile` use instead of FLOP rates:
-// each block shape's forward, input-gradient and weight-gradient time at every tensor-parallel width and micro-batch
-// size the planner will consider for N ranks, and (under mpirun) alpha-beta fits of point-to-point and all_reduce /
-// reduce_scatter / all_gather per group size; for a model with routed experts, the routing imbalance of the config's own
-// training at ep = the ranks (profile_routing.hpp).
+// (profiles/README.md) whose measured tables `cleave plan --profile` and `cleave simulate --config --profile` use
+// instead of FLOP rates: each block shape's forward, input-gradient and weight-gradient time at every tensor-parallel
+// width and micro-batch size the planner will consider for N ranks, and (under mpirun) alpha-beta fits of
+// point-to-point and all_reduce / reduce_scatter / all_gather per group size; for a model with routed experts, the
+// routing imbalance of the config's own training at ep = the ranks (profile_routing.hpp).
 // `cleave profile --gemm ...` measures a GPU's GEMM efficiency instead (profile_gemm.cpp).
 // Invariant: the output file is never overwritten, and is written only after every measurement succeeded.
 #include <unistd.h>

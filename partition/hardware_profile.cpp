@@ -272,6 +272,9 @@ HardwareProfile read_profile(const std::string& path) {
   read_roofline(root, path, p);
   if (root.contains("gemm_measured")) p.measured_gemms = read_measured_gemms(root.at("gemm_measured"), path);
   if (root.contains("measured")) p.measured = measured_from_json(root.at("measured"), path);
+  if (root.contains("routing_imbalance")) {
+    p.routing_imbalance = routing_imbalance_from_json(root.at("routing_imbalance"), where + ": routing_imbalance");
+  }
   if (root.contains("load_check")) p.load_check = load_check_from_json(root.at("load_check"), where + ": load_check");
   read_cores(root, path, p);
   if (root.contains("sources")) p.sources = read_sources(root, p, path);
@@ -297,6 +300,7 @@ std::vector<std::string> HardwareProfile::sourced_keys() const {
     if (!gemm_shape_efficiency.empty()) keys.emplace_back("gemm_shape_efficiency");
     if (kernel_launch_s > 0) keys.emplace_back("kernel_launch_us");
   }
+  if (routing_imbalance) keys.emplace_back("routing_imbalance");
   if (cores_per_node > 0) {
     for (const char* k : {"cores_per_node", "measured_ranks_per_node", "measured_cores"}) keys.emplace_back(k);
   }
@@ -362,6 +366,7 @@ json profile_to_json(const HardwareProfile& p) {
     out["gemm_measured"] = list;
   }
   if (p.measured.has_blocks() || p.measured.p2p || !p.measured.host_routing.empty()) out["measured"] = measured_to_json(p.measured);
+  if (p.routing_imbalance) out["routing_imbalance"] = routing_imbalance_to_json(*p.routing_imbalance);
   if (p.load_check) out["load_check"] = load_check_to_json(*p.load_check);
   if (!p.sources.empty()) {
     json sources = json::object();

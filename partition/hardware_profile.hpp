@@ -32,6 +32,7 @@
 #include "partition/gemm_shape_table.hpp"
 #include "partition/load_check.hpp"
 #include "partition/measured_costs.hpp"
+#include "partition/routing_imbalance.hpp"
 
 namespace cleave::partition {
 
@@ -125,6 +126,10 @@ struct HardwareProfile {
   std::vector<MeasuredGemm> measured_gemms;
 
   MeasuredCosts measured;  // empty unless written by `cleave profile`
+  // The routing imbalance `cleave profile` measured by training the config's model on its data at ep = its ranks
+  // (file key "routing_imbalance", partition/routing_imbalance.hpp; absent from profiles written before 2026-12-01 (w),
+  // from models without routed experts and from shipped ones): the planner's default ep imbalance at that ep.
+  std::optional<MeasuredRoutingImbalance> routing_imbalance;
   // The profile's record of its own load (file key "load_check"; absent from profiles written before it, and from
   // shipped ones). Never priced: it says whether to trust the prices (partition/load_check.hpp).
   std::optional<LoadCheck> load_check;

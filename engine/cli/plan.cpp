@@ -84,8 +84,9 @@ Run it without mpiexec: --trial K starts `mpiexec -n N cleave train` itself for 
               "fastest are tied, and the one with the lowest peak / cap comes first", planner::kPredictionError, 0)
       .number("--ep-imbalance", "F",
               "expert parallelism (moe): the busiest ep rank's routed rows over the mean, pricing the\n"
-              "all-to-alls and its expert GEMMs, the time only (default 0: the expected figure for uniformly\n"
-              "random top-k routing of the plan's tokens; docs/planner.md#expert-parallelism)", 0, 0)
+              "all-to-alls and its expert GEMMs, the time only (default 0: the --profile's figure measured\n"
+              "by cleave profile at the plan's ep, else the expected figure for uniformly random top-k\n"
+              "routing of the plan's tokens; docs/planner.md#expert-parallelism)", 0, 0)
       .count("--trial", "K",
              "train the top K plans under mpiexec in interleaved rounds (A B C A B C ...), print\n"
              "predicted against measured (median and spread of the rounds) and re-rank only where\n"
@@ -218,6 +219,7 @@ void write_plans_json(const std::string& json_path, const std::vector<const plan
                      {"sequence_parallel", e.choice.sequence_parallel},
                      {"expert_parallel", e.choice.ep},
                      {"ep_imbalance", e.ep_imbalance},
+                     {"ep_imbalance_source", std::string(enum_name(e.ep_imbalance_source))},
                      {"ep_memory_imbalance", {{"stash", e.ep_memory.stash}, {"peak", e.ep_memory.peak}}},
                      {"comm_bytes", e.comm_bytes},
                      {"recompute", std::string(enum_name(e.choice.recompute))},
@@ -312,8 +314,27 @@ Ordering order_plans(const planner::SearchResult& result, double tie_within) {
   return o;
 }
 
+// Per ep of the shown plans, the imbalance they were priced at and where it came from (planner::choose_ep_imbalance):
+// "ep imbalance: ep2 1.284 (measured by cleave profile: ...)".
+void print_ep_imbalances(const std::vector<const planner::PlanEstimate*>& ordered, int shown,
+                         const planner::HardwareProfile& profile) {
+  std::vector<std::string> seen;
+  for (int i = 0; i < shown; ++i) {
+    const planner::PlanEstimate& e = *ordered[static_cast<std::size_t>(i)];
+    if (e.choice.ep <= 1) continue;
+    const planner::EpImbalance f{e.ep_imbalance, e.ep_imbalance_source};
+    const std::string line = fmt::format("ep imbalance: ep{} plans priced at {:.3f}x the mean rows on the busiest ep "
+                                         "rank: {}", e.choice.ep, f.value,
+                                         planner::describe_ep_imbalance(f, profile.routing_imbalance));
+    if (std::find(seen.begin(), seen.end(), line) != seen.end()) continue;
+    seen.push_back(line);
+    std::printf("%s\n", line.c_str());
+  }
+}
+
 // The top `shown` plans as a table, the layouts that oversubscribe the cores, and the engine's most frequent refusal.
-void print_plans(const planner::SearchResult& result, const Ordering& o, int shown, double tie_within) {
+void print_plans(const planner::SearchResult& result, const Ordering& o, int shown, double tie_within,
+                 const planner::HardwareProfile& profile) {
   const auto& ordered = o.ordered;
   const auto& tie_note = o.tie_note;
   int invalid = 0, over = 0;
@@ -352,6 +373,7 @@ void print_plans(const planner::SearchResult& result, const Ordering& o, int sho
                 "step's staged micro-batches, the losses row and moe routing uploads; host memory, not in the peak "
                 "memory and not under the cap, but under the host's page-locked limit (ulimit -l)\n");
   }
+  print_ep_imbalances(ordered, shown, profile);
   // Layouts that put more ranks on a node than it has cores: priced by their share of the cores, and said so.
   std::vector<std::string> warned;
   for (int i = 0; i < shown; ++i) {
@@ -541,8 +563,8 @@ int run_plan(int argc, char** argv) {
   const config::RunConfig base = config::load_config(config_path, overrides);
   const double ep_imbalance = args.number("--ep-imbalance");
   CLEAVE_CHECK_INPUT(ep_imbalance == 0 || ep_imbalance >= 1,
-               "plan: --ep-imbalance {} is below 1 (the busiest rank's rows over the mean); use 0 for the workload's "
-               "figure or a value >= 1", ep_imbalance);
+               "plan: --ep-imbalance {} is below 1 (the busiest rank's rows over the mean); use 0 for the default "
+               "(the profile's measured figure at the plan's ep, else the workload's) or a value >= 1", ep_imbalance);
   CLEAVE_CHECK_INPUT(ep_imbalance == 0 || partition::routed_experts(run_plan::model_spec(base.model)) > 0,
                "plan: --ep-imbalance {} prices expert parallelism, and model.type {} has no experts (only \"moe\" "
                "has); drop --ep-imbalance", ep_imbalance, base.model.type);
@@ -562,7 +584,7 @@ int run_plan(int argc, char** argv) {
   if (result.ranked.empty()) throw_nothing_fits(result, world, limit_text);
   const Ordering o = order_plans(result, tie_within);
   const int shown = std::min<int>(top, static_cast<int>(o.ordered.size()));
-  print_plans(result, o, shown, tie_within);
+  print_plans(result, o, shown, tie_within, profile);
   if (explain) print_explain(o.ordered, shown);
   const TrialOutcome trial =
       trials > 0 ? trial_plans(args, config_path, overrides, o, result, limit_text, world, trials, explain) : TrialOutcome{};

@@ -1,10 +1,11 @@
 // `cleave profile CONFIG [--out FILE] [--world N] [--tp LIST] [--micro-batches LIST] [--repeats N] [--rounds R]
-// [--warm-caches] [--set key=value ...]`, alone or under mpirun: measures this machine for CONFIG's model with the
-// real layers and kernels (engine/planner/profile_measure.hpp) and writes a hardware profile (profiles/README.md)
-// whose measured tables `cleave plan --profile` and `cleave simulate --config --profile` use instead of FLOP rates:
-// each block shape's forward, input-gradient and weight-gradient time at every tensor-parallel width and micro-batch
-// size the planner will consider for N ranks, and (under mpirun) alpha-beta fits of point-to-point and all_reduce /
-// reduce_scatter / all_gather per group size.
+// [--warm-caches] [--ep-imbalance-steps N] [--set key=value ...]`, alone or under mpirun: measures this machine for
+// CONFIG's model with the real layers and kernels (engine/planner/profile_measure.hpp) and writes a hardware profile
+// (profiles/README.md) whose measured tables `cleave plan --profile` and `cleave simulate --config --profile` use
+// instead of FLOP rates: each block shape's forward, input-gradient and weight-gradient time at every tensor-parallel
+// width and micro-batch size the planner will consider for N ranks, and (under mpirun) alpha-beta fits of
+// point-to-point and all_reduce / reduce_scatter / all_gather per group size; for a model with routed experts, the
+// routing imbalance of the config's own training at ep = the ranks (profile_routing.hpp).
 // `cleave profile --gemm ...` measures a GPU's GEMM efficiency instead (profile_gemm.cpp).
 // Invariant: the output file is never overwritten, and is written only after every measurement succeeded.
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include "engine/bench/bench_machine.hpp"
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
+#include "engine/cli/profile_routing.hpp"
 #include "engine/cli/runtime_env.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/english.hpp"
@@ -44,6 +46,7 @@
 #include "engine/planner/time_sharing.hpp"
 #include "kernels/ops/ops.hpp"
 #include "engine/run_plan/plan.hpp"
+#include "partition/ep_rules.hpp"
 #include "partition/tp_rules.hpp"
 
 namespace cleave::cli {
@@ -53,6 +56,7 @@ ArgParser profile_args() {
   ArgParser p("profile",
               "[mpirun -np R] cleave profile CONFIG.json [--out FILE] [--world N] [--tp LIST]\n"
               "                   [--micro-batches LIST] [--repeats K] [--rounds R] [--warm-caches]\n"
+              "                   [--ep-imbalance-steps N]\n"
               "                   [--set key.path=value ...]",
               R"(Measures this machine for CONFIG's model and writes a hardware profile for `cleave plan --profile FILE`:
   - every distinct block's forward, input-gradient and weight-gradient time (the real layers and kernels;
@@ -60,7 +64,9 @@ ArgParser profile_args() {
     and micro-batch size the planner considers for N ranks; under mpirun every rank computes at once, as
     in training, and the times are the mean over ranks;
   - under mpirun (R >= 2): point-to-point, all_reduce, reduce_scatter and all_gather times from 4 KiB to
-    4 MiB, fitted as latency + bytes / bandwidth per group size (2, 4, ... and R).
+    4 MiB, fitted as latency + bytes / bandwidth per group size (2, 4, ... and R);
+  - a model with routed experts under mpirun: the config's training for N steps at ep = R on its own data,
+    the busiest ep rank's routed rows over the mean (the planner's ep imbalance at ep R).
 Blocks are timed in the config's device.precision (fp32, or bf16 mixed precision as the trainer runs it:
 bf16 activations and weight working copies); plans read a profile only in its own precision.
 Threads per rank and pinning follow `cleave train`'s rule (engine/train/threads.hpp): run it with the ranks
@@ -84,6 +90,11 @@ per node you will train with.)");
             "time warm caches only (by default each pass runs with the caches evicted and then\n"
             "again at once, warm: a plan whose rank's working set fits its share of the\n"
             "last-level cache takes from the warm table, a large one from the cold)")
+      .count("--ep-imbalance-steps", "N",
+             "a model with routed experts, under mpirun: train the config for N steps at ep = the ranks\n"
+             "(dp = ep, nothing else split) and record each step's busiest ep rank's routed rows over\n"
+             "the mean, the planner's default ep imbalance at that ep (0: not measured)",
+             8, 0)
       .config_overrides();
   return p;
 }
@@ -102,6 +113,7 @@ struct ProfileCommand {
   int plan_world = 0;  // 0: the mpirun world size
   int repeats = 0, rounds = 0;
   bool cold_caches = true;
+  int ep_imbalance_steps = 0;  // 0: the routing imbalance is not measured
 };
 
 ProfileCommand read_command(const Args& args) {
@@ -113,6 +125,7 @@ ProfileCommand read_command(const Args& args) {
   c.repeats = static_cast<int>(args.count("--repeats"));
   c.rounds = static_cast<int>(args.count("--rounds"));
   c.cold_caches = !args.on("--warm-caches");
+  c.ep_imbalance_steps = static_cast<int>(args.count("--ep-imbalance-steps"));
   CLEAVE_CHECK_INPUT(!c.config_path.empty(),
                      "profile: give the config whose model to measure (see cleave profile --help)");
   CLEAVE_CHECK_INPUT(!std::filesystem::exists(c.out_path), "profile: {} exists; not overwriting it (choose another --out)",
@@ -316,6 +329,13 @@ void print_profile(const planner::HardwareProfile& profile, bool cold_caches) {
                 b.shape.c_str(), b.tp, static_cast<long long>(b.micro_batch), rows.c_str(),
                 static_cast<long long>(with_rows), b.routed_rows.size());
   }
+  if (const auto& r = profile.routing_imbalance) {
+    std::string steps;
+    for (double f : r->per_step) steps += fmt::format("{}{:.3f}", steps.empty() ? "" : ", ", f);
+    std::printf("routing imbalance at ep%d: the busiest ep rank's routed rows %.3fx the mean (%d steps of the config's "
+                "training at micro-batch %lld: %s; the planner's default ep imbalance at ep%d)\n",
+                r->ep, r->busiest_over_mean, r->steps, static_cast<long long>(r->micro_batch), steps.c_str(), r->ep);
+  }
   for (const auto& x : profile.measured.host_routing) {
     std::printf("host routing, E %lld k %lld: F %.1f us + %.1f ns/token, I %.1f us + %.1f ns/token (tokens %lld to "
                 "%lld; held in the block times above)\n",
@@ -348,6 +368,22 @@ void print_load_check(const partition::LoadCheck& check) {
   }
 }
 
+// A model with routed experts on 2 ranks or more: the routing imbalance of the config's own training at ep = the
+// ranks (profile_routing.hpp); where that layout cannot run it, a warning naming why (the planner then prices the
+// formula for uniformly random routing).
+void measure_routing(planner::HardwareProfile& profile, const partition::ModelSpec& spec, const ProfileCommand& cmd,
+                     const config::RunConfig& config, comm::Communicator& comm, ProgressLine& progress) {
+  if (cmd.ep_imbalance_steps == 0 || partition::routed_experts(spec) == 0 || comm.size() < 2) return;
+  progress.line(fmt::format("the routing imbalance: {} steps of the config's training at ep {}, {}",
+                            cmd.ep_imbalance_steps, comm.size(), format_seconds(progress.elapsed_s())));
+  std::string why;
+  profile.routing_imbalance = measure_routing_imbalance(config, cmd.config_path, cmd.ep_imbalance_steps, comm, why);
+  if (!profile.routing_imbalance && comm.rank() == 0) {
+    log::warn("profile: the routing imbalance was not measured: {}; plans with ep price the formula for uniformly "
+              "random routing (or give cleave plan --ep-imbalance)", why);
+  }
+}
+
 // The measurements in turn (progress on rank 0's stderr): GEMM and memory rates (rank 0), the block tables, the
 // optimizer step, and with two ranks or more p2p and collectives. `threads` per rank, as the trainer runs them.
 planner::HardwareProfile measure_profile(const partition::ModelSpec& spec, const planner::BlockProfileRequest& request,
@@ -369,6 +405,8 @@ planner::HardwareProfile measure_profile(const partition::ModelSpec& spec, const
   planner::measure_blocks(profile.measured, spec, request, &comm);
   planner::measure_expert_rows(profile.measured, spec, request, &comm);  // nothing without routed experts
   planner::measure_host_routing(profile.measured, spec, request, &comm);  // likewise
+  measure_routing(profile, spec, cmd, config, comm, progress);  // likewise
+  ops::configure_cpu_threads(threads);  // the trainer set its own
   load.control("after the block tables", comm);
   progress.line(fmt::format("optimizer step (adamw, sgd, sgd with momentum; gradient norm, clip), {}",
                             format_seconds(progress.elapsed_s())));

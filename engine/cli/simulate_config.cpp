@@ -107,7 +107,8 @@ void add_communication_option_args(ArgParser& p) {
             "(Megatron-Core's --tp-comm-overlap; needs parallel.sequence_parallel)")
       .number("--ep-imbalance", "F",
               "expert parallelism: the busiest ep rank's routed rows over the mean, the time only (default 0:\n"
-              "the expected figure for uniformly random top-k routing; docs/planner.md#expert-parallelism)", 0, 0);
+              "the --profile's figure measured by cleave profile at the plan's ep, else the expected figure\n"
+              "for uniformly random top-k routing; docs/planner.md#expert-parallelism)", 0, 0);
   add_ep_memory_args(p);
 }
 
@@ -269,7 +270,7 @@ void apply_communication_options(const Args& args, const config::RunConfig& base
   options.ep_imbalance = args.number("--ep-imbalance");
   CLEAVE_CHECK_INPUT(options.ep_imbalance == 0 || options.ep_imbalance >= 1,
                "simulate --config: --ep-imbalance {} is below 1 (the busiest rank's rows over the mean); use 0 for the "
-               "workload's figure or a value >= 1", options.ep_imbalance);
+               "default (the profile's measured figure at the plan's ep, else the workload's) or a value >= 1", options.ep_imbalance);
   CLEAVE_CHECK_INPUT(options.ep_imbalance == 0 || partition::routed_experts(run_plan::model_spec(base.model)) > 0,
                "simulate --config: --ep-imbalance {} prices expert parallelism, and model.type {} has no experts (only "
                "\"moe\" has); drop --ep-imbalance", options.ep_imbalance, base.model.type);
@@ -333,6 +334,7 @@ nlohmann::json simulated_fields(const Simulated& s) {
           {"sequence_parallel", choice.sequence_parallel},
           {"expert_parallel", choice.ep},
           {"ep_imbalance", e.ep_imbalance},
+          {"ep_imbalance_source", std::string(enum_name(e.ep_imbalance_source))},
           {"ep_memory_imbalance", {{"stash", s.ep_memory.stash}, {"peak", s.ep_memory.peak}}},
           {"ep_all_to_all_s", e.ep_all_to_all_s},
           {"comm_bytes", e.comm_bytes},
@@ -420,12 +422,13 @@ void print_summary(const Simulated& s, const std::string& config_path, int world
               e.breakdown.compute_s * 1e3, e.breakdown.tp_comm_s * 1e3, e.breakdown.idle_s * 1e3,
               e.breakdown.dp_comm_s * 1e3, e.breakdown.optimizer_s * 1e3);
   if (choice.ep > 1) {
-    std::printf("expert parallelism ep%d: busiest rank's routed rows %.3fx the mean (expected for uniform top-k routing; "
-                "cleave plan --ep-imbalance sets it); one moe block's four all-to-alls per micro-batch %.3f ms (the "
-                "expert_all_to_all term, in the tp figure above); the memory plan's rows at %.3fx summed over the "
-                "blocks and %.3fx in the busiest block (--ep-stash-imbalance, --ep-peak-imbalance; the dropless bound "
-                "where not given)\n", choice.ep, e.ep_imbalance, e.ep_all_to_all_s * 1e3, s.ep_memory.stash,
-                s.ep_memory.peak);
+    const std::string source = planner::describe_ep_imbalance({e.ep_imbalance, e.ep_imbalance_source},
+                                                              s.profile.routing_imbalance);
+    std::printf("expert parallelism ep%d: busiest rank's routed rows %.3fx the mean (%s; --ep-imbalance sets it); one "
+                "moe block's four all-to-alls per micro-batch %.3f ms (the expert_all_to_all term, in the tp figure "
+                "above); the memory plan's rows at %.3fx summed over the blocks and %.3fx in the busiest block "
+                "(--ep-stash-imbalance, --ep-peak-imbalance; the dropless bound where not given)\n",
+                choice.ep, e.ep_imbalance, source.c_str(), e.ep_all_to_all_s * 1e3, s.ep_memory.stash, s.ep_memory.peak);
   }
   if (explain) {
     std::printf("the predicted step, term by term (busiest pp rank %d):\n", e.breakdown.rank);

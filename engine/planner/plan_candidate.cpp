@@ -26,11 +26,11 @@ pipeline::Schedule priced_auto_schedule(const run_plan::Plan& plan, const config
                                         const PlanChoice& choice, const HardwareProfile& profile,
                                         const SearchOptions& options) {
   std::vector<std::int64_t> working_set(static_cast<std::size_t>(choice.pp), 0);
-  // A time figure: the working set at the time model's ep imbalance (its default uniformly random routing), not the
-  // memory plan's bound.
-  const double ep_imbalance = options.ep_imbalance > 0 ? options.ep_imbalance
-                                                       : partition::workload_ep_imbalance(plan.spec, choice.micro_batch,
-                                                                                          choice.cp, choice.ep);
+  // A time figure: the working set at the time model's ep imbalance (its default: the profile's measured figure at
+  // this ep, else uniformly random routing), not the memory plan's bound.
+  const double ep_imbalance = choose_ep_imbalance(options.ep_imbalance, profile.routing_imbalance, plan.spec,
+                                                  choice.micro_batch, choice.cp, choice.ep)
+                                  .value;
   for (int r = 0; r < choice.pp; ++r) {
     const run_plan::MemoryPlan memory =
         run_plan::estimate_rank_memory(plan, config, r, ep_imbalance, options.attention);
@@ -124,11 +124,13 @@ std::optional<PlanCandidate> plan_candidate(const config::RunConfig& base, std::
 }
 
 SearchOptions with_ep_imbalance(const SearchOptions& options, const run_plan::Plan& plan, const PlanChoice& choice,
-                                SearchCache* cache) {
+                                const HardwareProfile& profile, SearchCache* cache) {
   SearchOptions opts = options;
   if (choice.ep > 1 && opts.ep_imbalance <= 0) {
-    opts.ep_imbalance = partition::workload_ep_imbalance(plan.spec, choice.micro_batch, choice.cp, choice.ep,
-                                                         cache != nullptr ? &cache->expected_max : nullptr);
+    const EpImbalance f = choose_ep_imbalance(0, profile.routing_imbalance, plan.spec, choice.micro_batch, choice.cp,
+                                              choice.ep, cache != nullptr ? &cache->expected_max : nullptr);
+    opts.ep_imbalance = f.value;
+    opts.ep_imbalance_source = f.source;
   }
   return opts;
 }

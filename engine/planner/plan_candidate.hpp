@@ -30,10 +30,11 @@ std::optional<PlanCandidate> plan_candidate(const config::RunConfig& base, std::
                                         const HardwareProfile& profile, const SearchOptions& options,
                                         SearchCache* cache, std::string& reason);
 
-// The options the candidate is priced under: with ep > 1 and no imbalance given, the workload's expected figure
-// (partition::workload_ep_imbalance, as the memory plan and the step terms would each work it out again), worked out
-// once, with the search's integral (the same value).
+// The options the candidate is priced under: with ep > 1 and no imbalance given, the default (choose_ep_imbalance:
+// the profile's measured figure at the plan's ep, else the workload's expected figure, partition::workload_ep_imbalance,
+// as the memory plan and the step terms would each work it out again) and its source, worked out once, with the
+// search's integral (the same value).
 SearchOptions with_ep_imbalance(const SearchOptions& options, const run_plan::Plan& plan, const PlanChoice& choice,
-                                SearchCache* cache);
+                                const HardwareProfile& profile, SearchCache* cache);
 
 }  // namespace cleave::planner

@@ -41,6 +41,7 @@ void record_traffic(const TermContext& terms, const std::vector<StageCosts>& sta
     if (est.ep_exchange.all_to_all_s == 0) est.ep_exchange = st.ep_exchange;  // the first stage with a moe block
   }
   est.ep_imbalance = terms.ep_imbalance;
+  est.ep_imbalance_source = terms.ep_imbalance_source;
   est.ep_memory = run_plan::ep_memory_figures(terms.plan->spec, *terms.config, terms.options->ep_memory);
   for (int b = 0; b < static_cast<int>(terms.plan->spec.blocks.size()) && est.ep_all_to_all_s == 0; ++b) {
     const BlockCollectives x = expert_all_to_all(terms, b);  // one moe block's four, per micro-batch

@@ -220,7 +220,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   const config::RunConfig& config = candidate->config;
   const run_plan::Plan& plan = candidate->plan;
   est.valid = true;
-  const SearchOptions opts = with_ep_imbalance(options, plan, choice, cache);
+  const SearchOptions opts = with_ep_imbalance(options, plan, choice, profile, cache);
   const bool bf16 = config.device.precision == config::Precision::kBf16;
   const run_plan::CpuKernels cpu = planned_cpu_kernels(config, profile, options.world);
   const std::vector<std::int64_t> working_set = estimate_memory(plan, config, choice, opts, cpu, est, details);

@@ -24,6 +24,7 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
+#include "engine/planner/ep_imbalance_default.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/step_breakdown.hpp"
 #include "engine/planner/search_cache.hpp"
@@ -106,6 +107,9 @@ struct PlanEstimate {
   int host_pinned_rank = 0;
   StepBreakdown breakdown;     // where step_s goes, term by term (sums to it)
   double ep_imbalance = 1.0;  // the factor the plan was priced with (1 without ep)
+  // Where it came from (choose_ep_imbalance): the option, the profile's measured figure at the plan's ep, the
+  // uniform-routing formula; kNone without ep. `cleave plan --json`'s ep_imbalance_source.
+  EpImbalanceSource ep_imbalance_source = EpImbalanceSource::kNone;
   // The ep figures its memory plan sized the rows at (run_plan::ep_memory_figures: the flags, else the candidate's
   // config's keys, else the dropless bound; 1 without ep): `cleave plan --json`'s ep_memory_imbalance.
   partition::EpMemoryImbalance ep_memory{1.0};
@@ -218,9 +222,13 @@ struct SearchOptions {
   // needs device.precision bf16). Half the bytes.
   bool param_gather_bf16 = false;
   // Expert parallelism: the busiest ep rank's routed rows over the mean, which times the all-to-alls and the
-  // busiest rank's expert GEMMs (`cleave plan --ep-imbalance`); 0 = the workload's expected figure for uniformly
-  // random top-k routing (partition::workload_ep_imbalance). The time's figure only: the memory plan's is ep_memory.
+  // busiest rank's expert GEMMs (`cleave plan --ep-imbalance`); 0 = the default (choose_ep_imbalance): the profile's
+  // measured figure at the plan's ep (HardwareProfile::routing_imbalance), else the workload's expected figure for
+  // uniformly random top-k routing (partition::workload_ep_imbalance). The time's figure only: the memory plan's is
+  // ep_memory.
   double ep_imbalance = 0;
+  // Where ep_imbalance (> 0) came from: the option as given, or the default once with_ep_imbalance resolved it.
+  EpImbalanceSource ep_imbalance_source = EpImbalanceSource::kOption;
   // Expert parallelism's rows for the memory plan (`--ep-stash-imbalance`, `--ep-peak-imbalance`): a field 0 = the
   // candidate's config's key (PlanChoice::ep_stash_imbalance, ep_peak_imbalance: the source's at its own ep), else the
   // dropless bound (partition::workload_ep_row_bound), which no routing exceeds (partition::EpMemoryImbalance).

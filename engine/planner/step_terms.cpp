@@ -91,9 +91,12 @@ TermContext make_term_context(const run_plan::Plan& plan, const config::RunConfi
   c.dp_link = choice.tp * choice.cp * choice.dp > profile.ranks_per_node ? &profile.inter_node : &profile.intra_node;
   c.cp_link = choice.tp * choice.cp > profile.ranks_per_node ? &profile.inter_node : &profile.intra_node;
   c.ep_link = choice.tp * choice.ep > profile.ranks_per_node ? &profile.inter_node : &profile.intra_node;
-  c.ep_imbalance = choice.ep == 1                ? 1.0
-                   : options.ep_imbalance > 0 ? options.ep_imbalance
-                                              : partition::workload_ep_imbalance(plan.spec, choice.micro_batch, choice.cp, choice.ep);
+  const EpImbalance f = choice.ep > 1 && options.ep_imbalance > 0
+                            ? EpImbalance{options.ep_imbalance, options.ep_imbalance_source}
+                            : choose_ep_imbalance(0, profile.routing_imbalance, plan.spec, choice.micro_batch, choice.cp,
+                                                  choice.ep);
+  c.ep_imbalance = f.value;
+  c.ep_imbalance_source = f.source;
   c.costs = partition::model_costs(plan.spec, c.dtype, choice.recompute);
   c.plain_costs = partition::model_costs(plan.spec, c.dtype, Recompute::kNone);
   return c;

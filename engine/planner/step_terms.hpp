@@ -72,8 +72,10 @@ struct TermContext {
   const Link* cp_link = nullptr;
   const Link* ep_link = nullptr;  // an ep group spans tp × ep consecutive ranks (ep is the fastest inside dp × cp)
   // Expert parallelism: the busiest ep rank's routed rows over the mean (SearchOptions::ep_imbalance, else the
-  // workload's expected figure, partition::workload_ep_imbalance); 1 without ep.
+  // default, choose_ep_imbalance: the profile's measured figure at this ep, else the workload's expected figure,
+  // partition::workload_ep_imbalance); 1 without ep. And where it came from.
   double ep_imbalance = 1.0;
+  EpImbalanceSource ep_imbalance_source = EpImbalanceSource::kNone;
   std::vector<partition::BlockCost> costs;        // per block, with the plan's recomputation
   std::vector<partition::BlockCost> plain_costs;  // per block, without recomputation
 

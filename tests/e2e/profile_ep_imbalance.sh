@@ -3,6 +3,8 @@
 # imbalance (the busiest ep rank's routed rows over the mean, > 1 for any routing that is not exactly even) with its
 # ep, steps and source; `cleave plan` and `cleave simulate --config` on that profile price ep2 plans at that figure and
 # say so, ep4 plans (world 4) at the uniform-routing formula, and --ep-imbalance still overrides it.
+# Every plan is shown (--top 100000): which layouts rank first depends on the machine the profile measured, and the
+# "ep imbalance:" lines name the eps of the shown plans.
 # Usage: profile_ep_imbalance.sh CLEAVE MPIEXEC [FLAGS...]
 source "$(dirname "$0")/mpi_script_setup.sh" "$(realpath "$1")" "${@:2}"  # cleave, mpiexec, $work entered
 fail() { echo "FAIL $*"; exit 1; }
@@ -35,27 +37,28 @@ PY
 echo "ok   profile: routing imbalance $figure at ep2"
 
 # cleave plan: ep2 plans at the profile's figure, said so in the text and the JSON; ep1 plans without one.
-"$cleave" plan moe.json --world 2 --profile prof.json --top 20 --json plans.json > plan.log 2>&1 \
+"$cleave" plan moe.json --world 2 --profile prof.json --top 100000 --json plans.json > plan.log 2>&1 \
   || { cat plan.log; fail "plan --profile"; }
 grep -q "^ep imbalance: ep2 plans priced at [0-9.]*x the mean rows on the busiest ep rank: measured by cleave profile: ep2, 3 steps of the config's training at micro-batch 2" plan.log \
   || { cat plan.log; fail "plan does not say it used the profile's figure"; }
 python3 - plans.json "$figure" << 'PY' || fail "plan --json's ep imbalance"
 import json, sys
-plans, figure = json.load(open(sys.argv[1])), float(sys.argv[2])
+plans, figure = json.load(open(sys.argv[1]))["plans"], float(sys.argv[2])
 ep2 = [p for p in plans if p["expert_parallel"] == 2]
 assert ep2 and all(abs(p["ep_imbalance"] - figure) < 1e-9 and p["ep_imbalance_source"] == "profile" for p in ep2), ep2
 assert all(p["ep_imbalance_source"] == "none" for p in plans if p["expert_parallel"] == 1), plans
 print(f"ok   plan: {len(ep2)} ep2 plans at the profile's {figure:.4f}")
 PY
 # At world 4 the ep4 plans have no measured figure: the formula, said so; the option overrides the profile's.
-"$cleave" plan moe.json --world 4 --profile prof.json --top 200 --json plans4.json > plan4.log 2>&1 \
+"$cleave" plan moe.json --world 4 --profile prof.json --top 100000 --json plans4.json > plan4.log 2>&1 \
   || { cat plan4.log; fail "plan --world 4"; }
 python3 - plans4.json "$figure" << 'PY' || { cat plan4.log; fail "plan --world 4's ep imbalance"; }
 import json, sys
-plans, figure = json.load(open(sys.argv[1])), float(sys.argv[2])
+plans, figure = json.load(open(sys.argv[1]))["plans"], float(sys.argv[2])
 ep4 = [p for p in plans if p["expert_parallel"] == 4]
-assert ep4 and all(p["ep_imbalance_source"] == "workload" and p["ep_imbalance"] < figure for p in ep4), ep4
-assert all(p["ep_imbalance_source"] == "profile" for p in plans if p["expert_parallel"] == 2), plans
+# the formula depends on the tokens per micro-batch, so it is not compared with the measured figure
+assert ep4 and all(p["ep_imbalance_source"] == "workload" for p in ep4), [p["layout"] for p in ep4][:5]
+assert all(p["ep_imbalance_source"] == "profile" for p in plans if p["expert_parallel"] == 2), "an ep2 plan not from the profile"
 PY
 grep -q "^ep imbalance: ep4 plans priced at [0-9.]*x .*: the formula for uniformly random top-k routing (the profile measured ep2 only)" plan4.log \
   || { cat plan4.log; fail "plan does not say ep4 used the formula"; }

@@ -9,9 +9,10 @@
 // stops a second re-exec. Under mpirun this happens before MPI_Init, so the launcher never sees the
 // difference. What it sets:
 //   OMP_WAIT_POLICY           engine/train/threads.hpp choose_omp_wait_policy: "passive" (idle OpenMP threads
-//                             sleep) when the node's ranks x threads, plus other processes' threads running at
-//                             start, outnumber its cores, where a spinning thread starves the one doing the
-//                             work; "active" (they spin) when every thread has a core, which saves the wake-up
+//                             sleep) when the node's ranks x threads, plus the threads outside this job
+//                             runnable at start (this process's own OpenBLAS workers and the node's other
+//                             ranks are not load), outnumber its cores, where a spinning thread starves the
+//                             one doing the work; "active" (they spin) when every thread has a core, which saves the wake-up
 //                             at every parallel region (benchmarks/train/RESULTS-2026-11-28-wait-policy.md).
 //   OPENBLAS_CORETYPE         kernels/cpu/blas_coretype.hpp: only when OpenBLAS chose kernels older than this
 //                             CPU allows (Prescott on an AVX-512 Xeon it does not know), with the marker that

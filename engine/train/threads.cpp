@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -82,21 +83,112 @@ std::optional<int> procs_running_from_stat(std::string_view stat_text) {
   return digits ? std::optional<int>(value) : std::nullopt;
 }
 
+std::optional<TaskStat> task_stat_from_text(std::string_view text) {
+  const std::size_t open = text.find(" (");
+  const std::size_t close = text.rfind(')');
+  if (open == std::string_view::npos || close == std::string_view::npos || close < open) return std::nullopt;
+  const auto number = [](std::string_view digits) -> std::optional<int> {
+    if (digits.empty()) return std::nullopt;
+    int value = 0;
+    for (const char c : digits) {
+      if (c < '0' || c > '9') return std::nullopt;
+      value = value * 10 + (c - '0');
+    }
+    return value;
+  };
+  const auto pid = number(text.substr(0, open));
+  // After the comm: " S 1234 ..." (state, then the parent's pid).
+  const std::string_view rest = text.substr(close + 1);
+  if (!pid || rest.size() < 4 || rest[0] != ' ' || rest[2] != ' ') return std::nullopt;
+  const std::string_view after_state = rest.substr(3);
+  const auto ppid = number(after_state.substr(0, after_state.find(' ')));
+  if (!ppid) return std::nullopt;
+  return TaskStat{.pid = *pid, .state = rest[1], .ppid = *ppid};
+}
+
+int this_job_runnable(const ProcessLoad& self, const std::vector<ProcessLoad>& others, int ranks_on_node) {
+  int runnable = std::max(0, self.runnable_threads);
+  if (ranks_on_node <= 1) return runnable;
+  for (const ProcessLoad& p : others) {
+    if (p.pid != self.pid && p.ppid == self.ppid && !p.exe.empty() && p.exe == self.exe) {
+      runnable += std::max(0, p.runnable_threads);
+    }
+  }
+  return runnable;
+}
+
+int busy_elsewhere_from_samples(const std::vector<LoadSample>& samples) {
+  if (samples.empty()) return 0;
+  std::vector<int> busy;
+  busy.reserve(samples.size());
+  for (const LoadSample& s : samples) busy.push_back(std::max(0, s.procs_running - s.this_job_runnable));
+  const auto median = busy.begin() + static_cast<std::ptrdiff_t>((busy.size() - 1) / 2);
+  std::nth_element(busy.begin(), median, busy.end());
+  return *median;
+}
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+bool is_number(const char* name) { return name[0] >= '0' && name[0] <= '9'; }
+
+// /proc/<pid>: its parent, its executable (read only when `want_exe`) and its runnable threads.
+std::optional<ProcessLoad> process_load(const std::string& pid_dir, bool want_exe) {
+  const auto process = task_stat_from_text(read_text(pid_dir + "/stat"));
+  if (!process) return std::nullopt;
+  ProcessLoad load;
+  load.pid = process->pid;
+  load.ppid = process->ppid;
+  if (want_exe) {
+    std::error_code ec;
+    load.exe = std::filesystem::read_symlink(pid_dir + "/exe", ec).string();
+  }
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(pid_dir + "/task", ec)) {
+    const auto t = task_stat_from_text(read_text(task.path().string() + "/stat"));
+    if (t && t->state == 'R') ++load.runnable_threads;
+  }
+  return load;
+}
+
+// This job's runnable threads now: this process's, and with other ranks on the node those of the processes
+// with this one's parent (their executable is read only for those).
+int this_job_runnable_now(int ranks_on_node) {
+  const auto self = process_load("/proc/self", true);
+  if (!self) return 0;
+  std::vector<ProcessLoad> siblings;
+  if (ranks_on_node > 1) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+      const std::string name = entry.path().filename().string();
+      if (!is_number(name.c_str()) || std::atoi(name.c_str()) == self->pid) continue;
+      const auto stat = task_stat_from_text(read_text(entry.path().string() + "/stat"));
+      if (!stat || stat->ppid != self->ppid) continue;
+      if (auto load = process_load(entry.path().string(), true)) siblings.push_back(std::move(*load));
+    }
+  }
+  return this_job_runnable(*self, siblings, ranks_on_node);
+}
+
+}  // namespace
+
 WaitPolicyChoice omp_wait_policy_for_node() {
   const NodeView v = view_node();
   const int usable = static_cast<int>(v.cpus.size());
   const int cores = std::max(usable, v.online);
-  // Runnable tasks now, this process's one thread included; the fewest of a few samples ignores a short burst.
-  std::optional<int> running;
-  for (int sample = 0; sample < 3; ++sample) {
-    if (sample > 0) usleep(1000);
-    std::ifstream stat("/proc/stat");
-    const std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    if (const auto now = procs_running_from_stat(text)) running = running ? std::min(*running, *now) : *now;
+  std::vector<LoadSample> samples;
+  for (int sample = 0; sample < kLoadSamples; ++sample) {
+    if (sample > 0) usleep(kLoadSampleGapUs);
+    const auto running = procs_running_from_stat(read_text("/proc/stat"));
+    if (!running) continue;
+    samples.push_back({.procs_running = *running, .this_job_runnable = this_job_runnable_now(v.ranks_on_node)});
   }
-  const int busy = running ? std::max(0, *running - 1 - (v.ranks_on_node - 1)) : 0;
   return choose_omp_wait_policy(v.ranks_on_node, threads_per_rank(usable, v.online, v.ranks_on_node, v.forced), cores,
-                                busy);
+                                busy_elsewhere_from_samples(samples));
 }
 
 ThreadPlacement place_threads_for_node() {

@@ -10,7 +10,10 @@
 // 7 samples taken in turn (library A, B, C, A, B, C, ...: a drift of the shared machine hits all alike), after a
 // warm-up; a sample repeats the GEMM until it lasts at least 20 ms. Markdown rows on stdout, with the CPU model
 // and the libraries' own descriptions first.
-//   gemm_backends_bench [--quick] [--filter SUBSTRING]
+// --inner: instead of the Linears, the f32 GEMMs that stay on OpenBLAS whatever device.blas says (flash
+// attention's block GEMMs, one call on one thread; conv2d's per-image im2col GEMMs), with dense operands, through
+// the same op seam, so each library's time is what that GEMM would cost if it ran there.
+//   gemm_backends_bench [--quick] [--inner] [--filter SUBSTRING]
 #include <omp.h>
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cpu/gemm_backend.hpp"
@@ -55,6 +59,42 @@ std::vector<LinearShape> linears(bool quick) {
     block("gpt2-124M T1024 b1", 1024, 768, 3072);
     block("gpt2-124M T1024 b4", 4096, 768, 3072);
   }
+  return all;
+}
+
+// A GEMM given by its own m, n, k and flags (the inner GEMMs): C[m,n] = op(A) op(B) + beta C, f32.
+struct InnerGemm {
+  std::string model, layer, pass;
+  std::int64_t m, n, k;
+  bool trans_a, trans_b;
+  float beta;
+  std::vector<int> threads;
+};
+
+// Flash attention's block GEMMs (kernels/cpu/flash_attention*.cpp, kFlashBlockQ 64 query rows x a key block of
+// min(T, 128) columns; always one call on the calling thread): scores S = Q K^T (dP = dO V^T alike), acc += S V
+// (dQ += dS K alike), dV += P^T dO (dK += dS^T Q alike). hd 32 at T 64: the example and small peer GPT; hd 64 at
+// T >= 128: the larger peer GPT and GPT-2. Then conv2d's per-image GEMMs (kernels/cpu/conv2d.cpp: y = W col,
+// col = W^T dy, dW += dy col^T) of examples/cnn_digits.json (8x8 digits, channels 16 and 32, kernel 3, pool 2)
+// and of a mid-sized layer (64 -> 64 channels, 32x32, kernel 3), sliced over the team like any gemm().
+std::vector<InnerGemm> inner_gemms() {
+  std::vector<InnerGemm> all;
+  for (const auto& [model, hd, cols] : {std::tuple<const char*, std::int64_t, std::int64_t>{"attention hd32 T64", 32, 64},
+                                        {"attention hd64 T>=128", 64, 128}}) {
+    all.push_back({model, "block", "S=QK^T", 64, cols, hd, false, false, 0.0f, {1}});
+    all.push_back({model, "block", "acc+=SV", 64, hd, cols, false, false, 1.0f, {1}});
+    all.push_back({model, "block", "dV+=P^TdO", cols, hd, 64, true, false, 1.0f, {1}});
+  }
+  auto conv = [&](const std::string& model, const std::string& layer, std::int64_t c_in, std::int64_t c_out,
+                  std::int64_t spatial) {
+    const std::int64_t ckk = c_in * 9;
+    all.push_back({model, layer, "fwd", c_out, spatial, ckk, false, false, 0.0f, {1, 2}});
+    all.push_back({model, layer, "dgrad", ckk, spatial, c_out, true, false, 0.0f, {1, 2}});
+    all.push_back({model, layer, "wgrad", c_out, ckk, spatial, false, true, 1.0f, {1, 2}});
+  };
+  conv("cnn_digits", "conv1 1->16 8x8", 1, 16, 64);
+  conv("cnn_digits", "conv2 16->32 4x4", 16, 32, 16);
+  conv("conv 64->64 32x32", "conv", 64, 64, 1024);
   return all;
 }
 
@@ -106,6 +146,18 @@ Problem make_problem(const LinearShape& s, Pass pass, DType dtype) {
     p.options.beta = 1.0f;
     p.m = s.out, p.n = s.in, p.k = s.rows;
   }
+  return p;
+}
+
+Problem make_inner_problem(const InnerGemm& g) {
+  Problem p;
+  p.a = g.trans_a ? random_tensor({g.k, g.m}, DType::kF32, 11) : random_tensor({g.m, g.k}, DType::kF32, 11);
+  p.b = g.trans_b ? random_tensor({g.n, g.k}, DType::kF32, 12) : random_tensor({g.k, g.n}, DType::kF32, 12);
+  p.c = random_tensor({g.m, g.n}, DType::kF32, 13);
+  p.options.trans_a = g.trans_a;
+  p.options.trans_b = g.trans_b;
+  p.options.beta = g.beta;
+  p.m = g.m, p.n = g.n, p.k = g.k;
   return p;
 }
 
@@ -161,17 +213,56 @@ std::string cpu_model() {
   return model + " (family " + family + ", model " + number + ")";
 }
 
+// One row: every library checked against the reference on a fresh problem, warmed up, then 7 samples each in
+// turn; prints the row's GFLOP/s. Returns false (nothing printed) when a library's result is wrong.
+template <typename MakeProblem>
+bool time_row(const std::vector<ops::CpuBlas>& libraries, ops::DeviceResources* resources, const std::string& row,
+              const std::string& what, MakeProblem make, int threads) {
+  ops::configure_cpu_threads(threads);
+  Problem p = make();
+  const double flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
+  std::vector<ops::Context> contexts(libraries.size());
+  std::vector<int> calls(libraries.size());
+  for (size_t l = 0; l < libraries.size(); ++l) {
+    contexts[l].cpu_blas = libraries[l];
+    contexts[l].resources = resources;
+    Problem fresh = make();
+    if (!check(contexts[l], fresh, what + " " + std::string(enum_name(libraries[l])))) return false;
+    const double once = seconds_per_gemm(contexts[l], p, 1);  // warm-up (primitive creation, caches)
+    calls[l] = std::max(1, static_cast<int>(0.02 / std::max(once, 1e-7)));
+    seconds_per_gemm(contexts[l], p, calls[l]);
+  }
+  std::vector<std::vector<double>> samples(libraries.size());
+  for (int r = 0; r < 7; ++r) {
+    for (size_t l = 0; l < libraries.size(); ++l) samples[l].push_back(seconds_per_gemm(contexts[l], p, calls[l]));
+  }
+  std::printf("| %s | %lldx%lldx%lld | %s | %d |", row.c_str(), static_cast<long long>(p.m),
+              static_cast<long long>(p.n), static_cast<long long>(p.k), dtype_name(p.a.dtype()).data(), threads);
+  double best = 0.0;
+  size_t best_l = 0;
+  for (size_t l = 0; l < libraries.size(); ++l) {
+    std::sort(samples[l].begin(), samples[l].end());
+    const double gflops = flops / samples[l][3] * 1e-9;
+    if (gflops > best) best = gflops, best_l = l;
+    std::printf(" %.1f |", gflops);
+  }
+  std::printf(" %s |\n", enum_name(libraries[best_l]).data());
+  std::fflush(stdout);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, inner = false;
   std::string filter;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") quick = true;
+    else if (arg == "--inner") inner = true;
     else if (arg == "--filter" && i + 1 < argc) filter = argv[++i];
     else {
-      std::fprintf(stderr, "usage: gemm_backends_bench [--quick] [--filter SUBSTRING]\n");
+      std::fprintf(stderr, "usage: gemm_backends_bench [--quick] [--inner] [--filter SUBSTRING]\n");
       return 2;
     }
   }
@@ -193,46 +284,29 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < libraries.size(); ++i) std::printf("---|");
   std::printf("---|\n");
 
+  if (inner) {
+    for (const InnerGemm& g : inner_gemms()) {
+      if (!filter.empty() && (g.model + " " + g.layer).find(filter) == std::string::npos) continue;
+      const std::string row = g.model + " | " + g.layer + " | " + g.pass;
+      for (const int threads : g.threads) {
+        if (!time_row(libraries, resources.get(), row, g.model + " " + g.layer + " " + g.pass,
+                      [&] { return make_inner_problem(g); }, threads)) {
+          return 1;
+        }
+      }
+    }
+    return 0;
+  }
   for (const LinearShape& s : linears(quick)) {
     if (!filter.empty() && (s.model + " " + s.layer).find(filter) == std::string::npos) continue;
     for (const Pass pass : {Pass::kForward, Pass::kInputGrad, Pass::kWeightGrad}) {
       for (const DType dtype : {DType::kF32, DType::kBF16}) {
-        Problem p = make_problem(s, pass, dtype);
-        const double flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
+        const std::string row = s.model + " | " + s.layer + " | " + pass_name(pass);
+        const std::string what = s.model + " " + s.layer + " " + pass_name(pass) + " " + std::string(dtype_name(dtype));
         for (const int threads : {1, 2}) {
-          ops::configure_cpu_threads(threads);
-          std::vector<ops::Context> contexts(libraries.size());
-          std::vector<int> calls(libraries.size());
-          for (size_t l = 0; l < libraries.size(); ++l) {
-            contexts[l].cpu_blas = libraries[l];
-            contexts[l].resources = resources.get();
-            const std::string what = s.model + " " + s.layer + " " + pass_name(pass) + " " +
-                                     std::string(dtype_name(dtype)) + " " + enum_name(libraries[l]).data();
-            Problem fresh = make_problem(s, pass, dtype);
-            if (!check(contexts[l], fresh, what)) return 1;
-            const double once = seconds_per_gemm(contexts[l], p, 1);  // warm-up (primitive creation, caches)
-            calls[l] = std::max(1, static_cast<int>(0.02 / std::max(once, 1e-7)));
-            seconds_per_gemm(contexts[l], p, calls[l]);
+          if (!time_row(libraries, resources.get(), row, what, [&] { return make_problem(s, pass, dtype); }, threads)) {
+            return 1;
           }
-          std::vector<std::vector<double>> samples(libraries.size());
-          for (int r = 0; r < 7; ++r) {
-            for (size_t l = 0; l < libraries.size(); ++l) {
-              samples[l].push_back(seconds_per_gemm(contexts[l], p, calls[l]));
-            }
-          }
-          std::printf("| %s | %s | %s | %lldx%lldx%lld | %s | %d |", s.model.c_str(), s.layer.c_str(), pass_name(pass),
-                      static_cast<long long>(p.m), static_cast<long long>(p.n), static_cast<long long>(p.k),
-                      dtype_name(dtype).data(), threads);
-          double best = 0.0;
-          size_t best_l = 0;
-          for (size_t l = 0; l < libraries.size(); ++l) {
-            std::sort(samples[l].begin(), samples[l].end());
-            const double gflops = flops / samples[l][3] * 1e-9;
-            if (gflops > best) best = gflops, best_l = l;
-            std::printf(" %.1f |", gflops);
-          }
-          std::printf(" %s |\n", enum_name(libraries[best_l]).data());
-          std::fflush(stdout);
         }
       }
     }

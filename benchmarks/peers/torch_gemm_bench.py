@@ -13,10 +13,10 @@ warm-up; torch.set_num_threads(THREADS). Markdown rows on stdout.
 
 Side by side with Cleave (--cleave-bench build/bin/gemm_backends_bench): ROUNDS rounds, each running Cleave's
 bench (its own double-reference check first, then its three libraries through ops::gemm) and this script's
-torch rows, in alternating order (Cleave first in odd rounds), each round holding --lock FILE if given; then
-one merged table: every library's and torch's median GFLOP/s over the rounds and Cleave's default library
-(--default, the one `cleave version` names for this CPU) over torch.mm, and a summary per model, dtype and
-thread count (the median and range of that ratio over the model's GEMMs, and the summed GEMM time of one
+torch rows, in alternating order (Cleave first in odd rounds), each round holding --lock FILE if given; after
+every round, one merged table: every library's and torch's median GFLOP/s over the rounds so far and Cleave's
+default library (--default, the one `cleave version` names for this CPU) over torch.mm, and a summary per model,
+dtype and thread count (the median and range of that ratio over the model's GEMMs, and the summed GEMM time of one
 block's Linears on each side). Its --filter names models, comma-separated (e.g. "peer small,peer large d512
 T128 b16"): each is passed to Cleave's bench in turn (it matches "MODEL LAYER"), and torch takes the same rows.
 
@@ -133,8 +133,13 @@ def side_by_side(a):
                     th.append(torch_rows(threads_list, a.filter))
             print(f"round {rnd + 1}: {len(cl[-1])} Cleave rows, {len(th[-1])} torch rows, held the lock "
                   f"{time.time() - t0:.0f} s", flush=True)
+        tables(a, header, libs, cl, th)  # after every round: a run stopped early keeps what it measured
+
+
+def tables(a, header, libs, cl, th):
+    """The merged table and the per-model summary of the rounds so far (medians)."""
     print("\n".join(header))
-    print(f"Medians over {a.rounds} rounds of GFLOP/s; Cleave's default here: {a.default}.\n")
+    print(f"Medians over {len(th)} rounds of GFLOP/s; Cleave's default here: {a.default}.\n")
     print("| model | layer | pass | m x n x k | dtype | threads | " + " | ".join(f"Cleave {x}" for x in libs) +
           " | torch | Cleave default / torch |")
     print("| --- | --- | --- | --- | --- | ---: | " + " | ".join("---:" for _ in libs) + " | ---: | ---: |")
@@ -157,7 +162,7 @@ def side_by_side(a):
     print("| --- | --- | ---: | --- | ---: | ---: | ---: |")
     for (model, dt, threads), (ratios, c_ms, t_ms) in sorted(summary.items()):
         print(f"| {model} | {dt} | {threads} | {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | "
-              f"{c_ms[0]:.2f} | {t_ms[0]:.2f} | {t_ms[0] / c_ms[0]:.2f} |")
+              f"{c_ms[0]:.2f} | {t_ms[0]:.2f} | {t_ms[0] / c_ms[0]:.2f} |", flush=True)
 
 
 def main():

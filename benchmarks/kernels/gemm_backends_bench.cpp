@@ -56,6 +56,7 @@ std::vector<LinearShape> linears(bool quick) {
   block("peer small d256 T64 b16", 1024, 256, 1024);
   if (!quick) {
     block("peer large d512 T128 b8", 1024, 512, 2048);
+    block("peer large d512 T128 b16", 2048, 512, 2048);  // benchmarks/peers/cpu_train_bench.py's micro-batch
     block("gpt2-124M T1024 b1", 1024, 768, 3072);
     block("gpt2-124M T1024 b4", 4096, 768, 3072);
   }

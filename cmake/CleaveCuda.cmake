@@ -32,7 +32,13 @@ file(GLOB CLEAVE_CUDA_SOURCES CONFIGURE_DEPENDS
 add_library(cleave_cuda STATIC ${CLEAVE_CUDA_SOURCES})
 target_include_directories(cleave_cuda PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/generated
                                               ${CLEAVE_CUDNN_INCLUDE})
-target_link_libraries(cleave_cuda PUBLIC cleave_core CUDA::cudart CUDA::cublasLt CUDA::cublas ${CLEAVE_CUDNN_LIB})
+# cuBLASLt is opened on first use, not linked (engine/cuda/cublaslt_library.hpp: its load costs every process 0.1 s
+# of CPU); the folder CMake found it in is the loader's second try.
+get_target_property(CLEAVE_CUBLASLT_FILE CUDA::cublasLt IMPORTED_LOCATION)
+get_filename_component(CLEAVE_CUBLASLT_DIR "${CLEAVE_CUBLASLT_FILE}" DIRECTORY)
+set_source_files_properties(${CMAKE_SOURCE_DIR}/engine/cuda/cublaslt_library.cpp PROPERTIES
+                            COMPILE_DEFINITIONS "CLEAVE_CUBLASLT_DIR=\"${CLEAVE_CUBLASLT_DIR}\"")
+target_link_libraries(cleave_cuda PUBLIC cleave_core CUDA::cudart ${CLEAVE_CUDNN_LIB} ${CMAKE_DL_LIBS})
 set_target_properties(cleave_cuda PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
                                              POSITION_INDEPENDENT_CODE ON)
 message(STATUS "  cleave_cuda  : CUDA backend for sm ${CMAKE_CUDA_ARCHITECTURES} (cuBLASLt, ${CLEAVE_CUDNN_LIB})")

@@ -55,12 +55,21 @@ function(cleave_build_faster target)
   endif()
 endfunction()
 
-# cleave_test_pch(<target>): the test binaries' precompiled header (CLEAVE_TEST_PRECOMPILE_HEADERS): the libraries'
-# list plus gtest, built once for cleave_unit_test_main (tests/CMakeLists.txt) and reused by every test target
-# compiled with its flags (-fopenmp, which every target linking cleave_kernels has). A target with other flags must
-# not call it: GCC would reject the header (-Winvalid-pch warns) and parse the headers again.
+# cleave_test_compile(<target>): how every test target compiles its C++ files.
+#  - CLEAVE_TEST_OPTIMIZATION (default -O1) replaces the build type's -O3 for the tests' own files: a test file is
+#    mostly gtest assertions and set-up, which -O3 spends most of the build's time on (docs/building.md has the
+#    measured compile and run times); the code under test stays in the libraries, compiled as users get it.
+#  - the tests' precompiled header (CLEAVE_TEST_PRECOMPILE_HEADERS): the libraries' list plus gtest, built once for
+#    cleave_unit_test_main (tests/CMakeLists.txt) and reused by every test target compiled with its flags (-fopenmp,
+#    which every target linking cleave_kernels has, and the optimization above). A target with other flags must not
+#    call it: GCC would reject the header (-Winvalid-pch warns) and parse the headers again.
+set(CLEAVE_TEST_OPTIMIZATION "-Og"
+    CACHE STRING "Optimization flag of the test files (the libraries keep the build type's)")
 set(CLEAVE_TEST_PCH_HEADERS ${CLEAVE_PCH_HEADERS} <gtest/gtest.h>)
-function(cleave_test_pch target)
+function(cleave_test_compile target)
+  if(CLEAVE_TEST_OPTIMIZATION)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${CLEAVE_TEST_OPTIMIZATION}>)
+  endif()
   if(NOT CLEAVE_TEST_PRECOMPILE_HEADERS)
     return()
   endif()
@@ -120,7 +129,7 @@ function(cleave_add_unit_tests area dir)
   endif()
   target_include_directories(unit_${area} PRIVATE ${CMAKE_SOURCE_DIR}/tests)
   if(TARGET cleave_unit_test_main)
-    cleave_test_pch(unit_${area})
+    cleave_test_compile(unit_${area})
   endif()
   gtest_discover_tests(unit_${area} PROPERTIES LABELS unit DISCOVERY_TIMEOUT 60)
 endfunction()

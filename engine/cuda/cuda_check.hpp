@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include "engine/core/error.hpp"
+#include "engine/cuda/cublaslt_library.hpp"
 
 #define CLEAVE_CUDA_CHECK(stmt)                                                          \
   do {                                                                                   \
@@ -33,5 +34,5 @@
   do {                                                                                                   \
     const cublasStatus_t cleave_cublas_status_ = (stmt);                                                 \
     CLEAVE_VENDOR_CHECK("cuBLAS", cleave_cublas_status_, cleave_cublas_status_ == CUBLAS_STATUS_SUCCESS, \
-                        ::cublasLtGetStatusString(cleave_cublas_status_), #stmt);                        \
+                        ::cleave::cuda::cublaslt().get_status_string(cleave_cublas_status_), #stmt);     \
   } while (0)

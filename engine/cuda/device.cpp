@@ -132,8 +132,8 @@ std::string library_versions() {
   return fmt::format("CUDA runtime {} ({}), cuBLASLt {}, cuDNN {} (built against {}.{}.{})",
                      have_runtime ? cuda_version_text(runtime) : "unknown",
                      have_driver ? "driver " + cuda_version_text(driver) : std::string("no driver"),
-                     library_version_text(cublasLtGetVersion()), library_version_text(cudnnGetVersion()), CUDNN_MAJOR,
-                     CUDNN_MINOR, CUDNN_PATCHLEVEL);
+                     library_version_text(cublaslt().get_version()), library_version_text(cudnnGetVersion()),
+                     CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
 }
 
 }  // namespace cleave::cuda

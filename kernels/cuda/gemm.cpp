@@ -15,6 +15,8 @@
 #include "kernels/cuda/gemm_plan.hpp"
 
 namespace cleave::kernels::cuda {
+
+using ::cleave::cuda::cublaslt;
 namespace {
 
 using gemm_plan::alignment_of;
@@ -88,12 +90,12 @@ struct GemmContext::Impl {
 };
 
 GemmContext::GemmContext(GemmCacheCapacity capacity) : impl_(std::make_unique<Impl>(capacity)) {
-  CLEAVE_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
+  CLEAVE_CUBLAS_CHECK(cublaslt().create(&impl_->handle));
 }
 
 GemmContext::~GemmContext() {
   impl_->plans.clear();
-  if (impl_->handle != nullptr) cublasLtDestroy(impl_->handle);
+  if (impl_->handle != nullptr) cublaslt().destroy(impl_->handle);
 }
 
 std::size_t GemmContext::plans_cached() const { return impl_->plans.size(); }
@@ -242,9 +244,9 @@ void gemm(GemmContext& context, const GemmArgs& args, void* workspace, std::size
   gemm_plan::set_epilogue_pointers(plan.desc, args);
   // cuBLASLt's A is our B and its B is our A (see the top of this file).
   const auto run = [&] {
-    return cublasLtMatmul(impl.handle, plan.desc, &args.alpha, args.b, plan.layout_a, args.a, plan.layout_b,
-                          &args.beta, args.c, plan.layout_c, args.c, plan.layout_c, &plan.algo, workspace,
-                          workspace_bytes, stream);
+    return cublaslt().matmul(impl.handle, plan.desc, &args.alpha, args.b, plan.layout_a, args.a, plan.layout_b,
+                             &args.beta, args.c, plan.layout_c, args.c, plan.layout_c, &plan.algo, workspace,
+                             workspace_bytes, stream);
   };
   cublasStatus_t status = run();
   if (status != CUBLAS_STATUS_SUCCESS && plan.from_bucket) {
@@ -257,7 +259,7 @@ void gemm(GemmContext& context, const GemmArgs& args, void* workspace, std::size
     plan.from_bucket = false;
     status = run();
   }
-  CLEAVE_VENDOR_CHECK("cuBLAS", status, status == CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString(status),
+  CLEAVE_VENDOR_CHECK("cuBLAS", status, status == CUBLAS_STATUS_SUCCESS, cublaslt().get_status_string(status),
                       fmt::format("cublasLtMatmul for {}", args.str()));
 }
 

@@ -8,6 +8,8 @@
 #include "engine/cuda/cuda_check.hpp"
 
 namespace cleave::kernels::cuda::gemm_plan {
+
+using ::cleave::cuda::cublaslt;
 namespace {
 
 cublasLtEpilogue_t lt_epilogue(GemmEpilogue e) {
@@ -34,19 +36,19 @@ cudaDataType_t lt_type(DType t) { return t == DType::kBF16 ? CUDA_R_16BF : CUDA_
 
 template <typename T>
 void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
-  CLEAVE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value));
+  CLEAVE_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(desc, attribute, &value, sizeof value));
 }
 
 cublasLtMatrixLayout_t make_layout(DType type, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t layout = nullptr;
-  CLEAVE_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&layout, lt_type(type), static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
+  CLEAVE_CUBLAS_CHECK(cublaslt().matrix_layout_create(&layout, lt_type(type), static_cast<uint64_t>(rows),
+                                                      static_cast<uint64_t>(cols), ld));
   if (batch > 1) {
     const auto count = static_cast<int32_t>(batch);
     CLEAVE_CUBLAS_CHECK(
-        cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
-    CLEAVE_CUBLAS_CHECK(
-        cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+        cublaslt().matrix_layout_set_attribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+    CLEAVE_CUBLAS_CHECK(cublaslt().matrix_layout_set_attribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                               &stride, sizeof stride));
   }
   return layout;
 }
@@ -102,7 +104,7 @@ void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const GemmArgs& args) {
 std::unique_ptr<Plan> make_descriptors(const GemmArgs& args) {
   auto plan = std::make_unique<Plan>();
   const cublasComputeType_t compute = args.math == GemmMath::kTF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  CLEAVE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
+  CLEAVE_CUBLAS_CHECK(cublaslt().matmul_desc_create(&plan->desc, compute, CUDA_R_32F));
   set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, args.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
   set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, args.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
   set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt_epilogue(args.epilogue));
@@ -120,14 +122,14 @@ std::unique_ptr<Plan> make_descriptors(const GemmArgs& args) {
 std::optional<cublasLtMatmulAlgo_t> query_heuristic(cublasLtHandle_t handle, const Plan& plan, const GemmArgs& args,
                                                     std::size_t workspace_bytes) {
   cublasLtMatmulPreference_t preference = nullptr;
-  CLEAVE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  CLEAVE_CUBLAS_CHECK(cublaslt().matmul_preference_create(&preference));
   struct PreferenceGuard {
     cublasLtMatmulPreference_t p;
-    ~PreferenceGuard() { cublasLtMatmulPreferenceDestroy(p); }
+    ~PreferenceGuard() { cublaslt().matmul_preference_destroy(p); }
   } preference_guard{preference};
   const auto max_workspace = static_cast<uint64_t>(workspace_bytes);
-  CLEAVE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                           &max_workspace, sizeof max_workspace));
+  CLEAVE_CUBLAS_CHECK(cublaslt().matmul_preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                                 &max_workspace, sizeof max_workspace));
   const std::array<std::pair<cublasLtMatmulPreferenceAttributes_t, const void*>, 4> alignments = {{
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, args.b},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, args.a},
@@ -136,17 +138,16 @@ std::optional<cublasLtMatmulAlgo_t> query_heuristic(cublasLtHandle_t handle, con
   }};
   for (const auto& [attribute, pointer] : alignments) {
     const auto align = static_cast<uint32_t>(alignment_of(pointer));
-    CLEAVE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &align, sizeof align));
+    CLEAVE_CUBLAS_CHECK(cublaslt().matmul_preference_set_attribute(preference, attribute, &align, sizeof align));
   }
 
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   // "Not supported" is how cuBLASLt may say "no algorithm": the caller reports it with the problem.
-  const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.layout_a, plan.layout_b, plan.layout_c, plan.layout_c,
-                                     preference, 1, &result, &found);
+  const cublasStatus_t status = cublaslt().matmul_algo_get_heuristic(
+      handle, plan.desc, plan.layout_a, plan.layout_b, plan.layout_c, plan.layout_c, preference, 1, &result, &found);
   if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
-    CLEAVE_VENDOR_CHECK("cuBLAS", status, status == CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString(status),
+    CLEAVE_VENDOR_CHECK("cuBLAS", status, status == CUBLAS_STATUS_SUCCESS, cublaslt().get_status_string(status),
                         "cublasLtMatmulAlgoGetHeuristic");
   }
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) return std::nullopt;
@@ -156,8 +157,8 @@ std::optional<cublasLtMatmulAlgo_t> query_heuristic(cublasLtHandle_t handle, con
 bool algorithm_fits(cublasLtHandle_t handle, const Plan& plan, const cublasLtMatmulAlgo_t& algo,
                     std::size_t workspace_bytes) {
   cublasLtMatmulHeuristicResult_t result{};
-  const cublasStatus_t status = cublasLtMatmulAlgoCheck(handle, plan.desc, plan.layout_a, plan.layout_b,
-                                                        plan.layout_c, plan.layout_c, &algo, &result);
+  const cublasStatus_t status = cublaslt().matmul_algo_check(handle, plan.desc, plan.layout_a, plan.layout_b,
+                                                             plan.layout_c, plan.layout_c, &algo, &result);
   return status == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= workspace_bytes;
 }
 

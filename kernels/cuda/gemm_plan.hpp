@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 
+#include "engine/cuda/cublaslt_library.hpp"
 #include "kernels/cuda/gemm.hpp"
 
 namespace cleave::kernels::cuda::gemm_plan {
@@ -41,10 +42,10 @@ struct Plan {
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
   ~Plan() {
-    if (layout_c != nullptr) cublasLtMatrixLayoutDestroy(layout_c);
-    if (layout_b != nullptr) cublasLtMatrixLayoutDestroy(layout_b);
-    if (layout_a != nullptr) cublasLtMatrixLayoutDestroy(layout_a);
-    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+    if (layout_c != nullptr) ::cleave::cuda::cublaslt().matrix_layout_destroy(layout_c);
+    if (layout_b != nullptr) ::cleave::cuda::cublaslt().matrix_layout_destroy(layout_b);
+    if (layout_a != nullptr) ::cleave::cuda::cublaslt().matrix_layout_destroy(layout_a);
+    if (desc != nullptr) ::cleave::cuda::cublaslt().matmul_desc_destroy(desc);
   }
 };
 

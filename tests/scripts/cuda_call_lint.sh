@@ -14,6 +14,8 @@
 #   device status words (kernels/ops/cuda/cuda_common.cpp), the NCCL barrier word (engine/comm/nccl/
 #   nccl_communicator.cpp, freed in nccl_work.cpp) and the NCCL staging scratch that grows only for a larger request
 #   (engine/comm/nccl/stream_scratch.hpp). A new site belongs in one of them, or in this list with its reason.
+# - cuBLASLt is opened on first use, not linked (engine/cuda/cublaslt_library.hpp): a direct cublasLt*( call would
+#   not link, or would bring the library's start-up cost back to every process; call cleave::cuda::cublaslt().
 # Comments (from `//`) are not scanned.
 # Usage: cuda_call_lint.sh REPO_ROOT  (exit 1 naming each offending line)
 set -u
@@ -59,8 +61,16 @@ if [[ -n "$memory" ]]; then
        "file to this lint's list with the reason" >&2
   status=1
 fi
+direct_lt="$(scan '(^|[^A-Za-z0-9_.>"])(::)?cublasLt[A-Z][A-Za-z]*[ ]*[(]' "${files[@]}" \
+             | grep -v '^engine/cuda/cublaslt_library\.' || true)"
+if [[ -n "$direct_lt" ]]; then
+  echo "$direct_lt"
+  echo "FAIL: a direct cuBLASLt call; the library is opened on first use, call it through" \
+       "cleave::cuda::cublaslt() (engine/cuda/cublaslt_library.hpp)" >&2
+  status=1
+fi
 if [[ "$status" -eq 0 ]]; then
   echo "ok   ${#files[@]} engine sources: no legacy-stream memory call, every event query through query_event," \
-       "allocations only at their listed sites"
+       "allocations only at their listed sites, cuBLASLt only through cublaslt()"
 fi
 exit "$status"

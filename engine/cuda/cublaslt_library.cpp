@@ -1,0 +1,83 @@
+// cuBLASLt opened with dlopen on first use (cublaslt_library.hpp has why and the invariant).
+#include "engine/cuda/cublaslt_library.hpp"
+
+#include <dlfcn.h>
+
+#include <string>
+
+#include "engine/core/error.hpp"
+
+#ifndef CLEAVE_CUBLASLT_DIR
+#define CLEAVE_CUBLASLT_DIR ""
+#endif
+
+namespace cleave::cuda {
+namespace {
+
+#define CLEAVE_STRINGIFY_INNER(x) #x
+#define CLEAVE_STRINGIFY(x) CLEAVE_STRINGIFY_INNER(x)
+constexpr const char* kSoname = "libcublasLt.so." CLEAVE_STRINGIFY(CUBLAS_VER_MAJOR);
+
+void* open_library() {
+  void* handle = ::dlopen(kSoname, RTLD_NOW | RTLD_LOCAL);
+  if (handle != nullptr) return handle;
+  const std::string first_reason = ::dlerror();
+  const std::string fallback = std::string(CLEAVE_CUBLASLT_DIR) + "/" + kSoname;
+  if (std::string(CLEAVE_CUBLASLT_DIR).empty()) {
+    throw BackendError(
+        fmt::format("cuBLASLt: cannot open {} ({}); add the CUDA toolkit's lib folder to "
+                    "LD_LIBRARY_PATH",
+                    kSoname, first_reason));
+  }
+  handle = ::dlopen(fallback.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle != nullptr) return handle;
+  throw BackendError(
+      fmt::format("cuBLASLt: cannot open {} ({}) nor {} ({}); add the CUDA toolkit's lib folder "
+                  "to LD_LIBRARY_PATH",
+                  kSoname, first_reason, fallback, ::dlerror()));
+}
+
+template <typename Function>
+void resolve(void* handle, const char* name, Function& out) {
+  void* symbol = ::dlsym(handle, name);
+  if (symbol == nullptr) {
+    throw BackendError(
+        fmt::format("cuBLASLt: {} has no function {} ({}); the CUDA toolkit at run time is older "
+                    "than the headers it was built with (cuBLASLt {})",
+                    kSoname, name, ::dlerror(), CUBLAS_VERSION));
+  }
+  out = reinterpret_cast<Function>(symbol);
+}
+
+CublasLt load() {
+  void* handle = open_library();  // kept open for the life of the process
+  CublasLt lt{};
+  resolve(handle, "cublasLtCreate", lt.create);
+  resolve(handle, "cublasLtDestroy", lt.destroy);
+  resolve(handle, "cublasLtGetVersion", lt.get_version);
+  resolve(handle, "cublasLtGetStatusString", lt.get_status_string);
+  resolve(handle, "cublasLtMatmul", lt.matmul);
+  resolve(handle, "cublasLtMatmulAlgoCheck", lt.matmul_algo_check);
+  resolve(handle, "cublasLtMatmulAlgoGetHeuristic", lt.matmul_algo_get_heuristic);
+  resolve(handle, "cublasLtMatmulDescCreate", lt.matmul_desc_create);
+  resolve(handle, "cublasLtMatmulDescDestroy", lt.matmul_desc_destroy);
+  resolve(handle, "cublasLtMatmulDescSetAttribute", lt.matmul_desc_set_attribute);
+  resolve(handle, "cublasLtMatmulPreferenceCreate", lt.matmul_preference_create);
+  resolve(handle, "cublasLtMatmulPreferenceDestroy", lt.matmul_preference_destroy);
+  resolve(handle, "cublasLtMatmulPreferenceSetAttribute", lt.matmul_preference_set_attribute);
+  resolve(handle, "cublasLtMatrixLayoutCreate", lt.matrix_layout_create);
+  resolve(handle, "cublasLtMatrixLayoutDestroy", lt.matrix_layout_destroy);
+  resolve(handle, "cublasLtMatrixLayoutSetAttribute", lt.matrix_layout_set_attribute);
+  return lt;
+}
+
+}  // namespace
+
+const CublasLt& cublaslt() {
+  static const CublasLt library = load();
+  return library;
+}
+
+const char* cublaslt_soname() { return kSoname; }
+
+}  // namespace cleave::cuda

@@ -56,8 +56,8 @@ function(cleave_build_faster target)
 endfunction()
 
 # cleave_test_compile(<target>): how every test target compiles its C++ files.
-#  - CLEAVE_TEST_OPTIMIZATION (default -O1) replaces the build type's -O3 for the tests' own files: a test file is
-#    mostly gtest assertions and set-up, which -O3 spends most of the build's time on (docs/building.md has the
+#  - CLEAVE_TEST_OPTIMIZATION (default -Og) replaces the build type's -O3 for the tests' own files: a test file is
+#    mostly gtest assertions and set-up, where -O3 spends most of the file's compile time (docs/building.md has the
 #    measured compile and run times); the code under test stays in the libraries, compiled as users get it.
 #  - the tests' precompiled header (CLEAVE_TEST_PRECOMPILE_HEADERS): the libraries' list plus gtest, built once for
 #    cleave_unit_test_main (tests/CMakeLists.txt) and reused by every test target compiled with its flags (-fopenmp,

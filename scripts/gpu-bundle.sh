@@ -222,7 +222,10 @@ EOF
 
 glibc_need="$(objdump -T "$b"/bin/* "$b"/lib/* 2>/dev/null | grep -oE '\bGLIBC_[0-9.]+' | sort -uV | tail -n 1)"
 glibcxx_need="$(objdump -T "$b"/bin/* "$b"/lib/* 2>/dev/null | grep -oE '\bGLIBCXX_[0-9.]+' | sort -uV | tail -n 1)"
-mapfile -t cuda_sonames < <(for f in "$b"/bin/*; do readelf -d "$f" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p'; done \
+# The linked ones (NEEDED), and those opened at run time (dlopen: cuBLASLt, engine/cuda/cublaslt_library.hpp),
+# whose soname the binary holds as a string.
+mapfile -t cuda_sonames < <({ for f in "$b"/bin/*; do readelf -d "$f" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p'; done
+                              cat "$b"/bin/* | grep -aoP 'libcublasLt\.so\.[0-9]+(?=\x00)' || true; } \
                             | grep -E "$cuda_lib_re" | sort -u)
 commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 dirty="$(git status --porcelain --untracked-files=no 2>/dev/null | sed -n 1p)"

@@ -65,7 +65,7 @@ std::vector<partition::AlphaBeta> measure_ep_exchange(comm::Communicator& world,
                                                      int repeats) {
   std::vector<partition::AlphaBeta> fits;
   if (world.size() < 2 || sizes.size() < 2) return fits;
-  CacheEvictor evictor;
+  CacheEvictor evictor(last_level_cache().bytes);  // the whole cache: the transport's buffers are the node's
   for (const int g : profile_group_sizes(world.size())) {  // as measure_collectives
     auto group = world.split(world.rank() / g, world.rank(), fmt::format("ep_exchange{}", g));
     std::vector<Exchange> exchanges;

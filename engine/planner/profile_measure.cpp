@@ -166,9 +166,8 @@ std::int64_t cache_bytes_per_rank(const CacheInfo& cache, int ranks_on_node, int
   return cache.bytes / sharing;
 }
 
-CacheEvictor::CacheEvictor() {
-  const std::int64_t l3 = last_level_cache().bytes;
-  const std::int64_t bytes = std::clamp<std::int64_t>(l3 > 0 ? 2 * l3 : 64 << 20, 8 << 20, 256 << 20);
+CacheEvictor::CacheEvictor(std::int64_t cache_bytes) {
+  const std::int64_t bytes = std::clamp<std::int64_t>(cache_bytes > 0 ? 2 * cache_bytes : 64 << 20, 8 << 20, 256 << 20);
   buffer_.assign(static_cast<std::size_t>(bytes) / sizeof(float), 1.0f);
 }
 
@@ -325,7 +324,9 @@ void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec&
   CLEAVE_CHECK(request.repeats >= 1 && request.rounds >= 1, "profile: repeats and rounds must be >= 1, got {} and {}",
                request.repeats, request.rounds);
   std::optional<CacheEvictor> evictor;
-  if (request.cold_caches) evictor.emplace();
+  if (request.cold_caches) {
+    evictor.emplace(request.cache_bytes_per_rank > 0 ? request.cache_bytes_per_rank : last_level_cache().bytes);
+  }
   // rounds[r][k]: the k-th measurement of round r (the same order every round).
   std::vector<std::vector<partition::MeasuredBlock>> rounds;
   int done = 0;

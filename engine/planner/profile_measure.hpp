@@ -47,6 +47,8 @@ struct BlockProfileRequest {
   // The planner takes from each table by how much of the rank's working set fits its share of the cache
   // (MeasuredCosts::warm_fraction). false: warm only (`cleave profile --warm-caches`), one table.
   bool cold_caches = true;
+  // This rank's share of the last-level cache (cache_bytes_per_rank); the evictor reads twice it. 0: the whole cache.
+  std::int64_t cache_bytes_per_rank = 0;
   // Called after each measurement (one block shape at one tp width and micro-batch size, in one round) with the
   // measurements done, their total over all rounds and what was measured ("transformer_block d32 ... tp 2, micro-batch
   // 4, round 1/5"); empty = silent. `cleave profile` prints a progress line from it.
@@ -64,12 +66,16 @@ CacheInfo last_level_cache();
 // ranks that share one (at most its CPUs / threads per rank).
 std::int64_t cache_bytes_per_rank(const CacheInfo& cache, int ranks_on_node, int threads_per_rank);
 
-// Reads a buffer twice the last-level cache (64 MiB when unknown) so that what a timed pass touches next comes
-// from memory, as in a training step.
+// Reads a buffer twice `cache_bytes` (64 MiB when 0, at least 8 MiB, at most 256 MiB) so that what a timed pass
+// touches next comes from memory, as in a training step. Given a rank's share of the last-level cache: the node's
+// ranks time the same blocks at once, so together they read twice the whole cache before each pass, as one rank
+// alone does with the whole cache, and no rank reads it all (on a 105 MiB cache, two ranks read 105 MiB each
+// instead of 210: the eviction was most of `cleave profile`'s time there).
 class CacheEvictor {
  public:
-  CacheEvictor();
+  explicit CacheEvictor(std::int64_t cache_bytes);
   void evict();
+  std::int64_t bytes_read() const { return static_cast<std::int64_t>(buffer_.size() * sizeof(float)); }
 
  private:
   std::vector<float> buffer_;

@@ -14,14 +14,22 @@
 namespace cleave::cuda {
 namespace {
 
-#define CLEAVE_STRINGIFY_INNER(x) #x
-#define CLEAVE_STRINGIFY(x) CLEAVE_STRINGIFY_INNER(x)
-constexpr const char* kSoname = "libcublasLt.so." CLEAVE_STRINGIFY(CUBLAS_VER_MAJOR);
+#define CLEAVE_CUBLASLT_TEXT_INNER(x) #x
+#define CLEAVE_CUBLASLT_TEXT(x) CLEAVE_CUBLASLT_TEXT_INNER(x)
+constexpr const char* kSoname = "libcublasLt.so." CLEAVE_CUBLASLT_TEXT(CUBLAS_VER_MAJOR);
+#undef CLEAVE_CUBLASLT_TEXT
+#undef CLEAVE_CUBLASLT_TEXT_INNER
+
+// The loader's reason for the last failure (never null).
+std::string loader_error() {
+  const char* reason = ::dlerror();
+  return reason != nullptr ? reason : "no reason given";
+}
 
 void* open_library() {
   void* handle = ::dlopen(kSoname, RTLD_NOW | RTLD_LOCAL);
   if (handle != nullptr) return handle;
-  const std::string first_reason = ::dlerror();
+  const std::string first_reason = loader_error();
   const std::string fallback = std::string(CLEAVE_CUBLASLT_DIR) + "/" + kSoname;
   if (std::string(CLEAVE_CUBLASLT_DIR).empty()) {
     throw BackendError(
@@ -34,7 +42,7 @@ void* open_library() {
   throw BackendError(
       fmt::format("cuBLASLt: cannot open {} ({}) nor {} ({}); add the CUDA toolkit's lib folder "
                   "to LD_LIBRARY_PATH",
-                  kSoname, first_reason, fallback, ::dlerror()));
+                  kSoname, first_reason, fallback, loader_error()));
 }
 
 template <typename Function>
@@ -44,7 +52,7 @@ void resolve(void* handle, const char* name, Function& out) {
     throw BackendError(
         fmt::format("cuBLASLt: {} has no function {} ({}); the CUDA toolkit at run time is older "
                     "than the headers it was built with (cuBLASLt {})",
-                    kSoname, name, ::dlerror(), CUBLAS_VERSION));
+                    kSoname, name, loader_error(), CUBLAS_VERSION));
   }
   out = reinterpret_cast<Function>(symbol);
 }

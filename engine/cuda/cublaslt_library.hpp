@@ -1,7 +1,7 @@
 // cuBLASLt, opened on first use (dlopen) instead of linked. Loading libcublasLt runs its start-up work in every
 // process that links it, GPU or not: about 100 MB of page faults, 0.1 s of CPU, measured on a 2-core Xeon
 // (docs/building.md). A CPU run, every `cleave` command and every test process paid it without calling cuBLASLt;
-// now only the first GemmContext (or `cleave version`'s library line) does.
+// now only the first GemmContext (or the CUDA device's description, library_versions()) does.
 //
 // The invariant: every cuBLASLt call of the tree goes through cublaslt() (tests/scripts/cuda_call_lint.sh fails a
 // direct call), and each member has the exact type of the function it stands for (decltype of its declaration in

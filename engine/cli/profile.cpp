@@ -402,9 +402,7 @@ planner::HardwareProfile measure_profile(const partition::ModelSpec& spec, const
     profile.measured.cache_bytes_per_rank =
         planner::cache_bytes_per_rank(planner::last_level_cache(), machine.ranks_on_node, threads);
   }
-  planner::BlockProfileRequest blocks = request;
-  blocks.cache_bytes_per_rank = profile.measured.cache_bytes_per_rank;  // the evictor reads twice this rank's share
-  planner::measure_blocks(profile.measured, spec, blocks, &comm);
+  planner::measure_blocks(profile.measured, spec, request, &comm);       // its evictor reads the share recorded above
   planner::measure_expert_rows(profile.measured, spec, request, &comm);  // nothing without routed experts
   planner::measure_host_routing(profile.measured, spec, request, &comm);  // likewise
   measure_routing(profile, spec, cmd, config, comm, progress);  // likewise

@@ -2,8 +2,10 @@
 #include "engine/cuda/cublaslt_library.hpp"
 
 #include <dlfcn.h>
+#include <fmt/ranges.h>
 
 #include <string>
+#include <vector>
 
 #include "engine/core/error.hpp"
 
@@ -26,23 +28,17 @@ std::string loader_error() {
   return reason != nullptr ? reason : "no reason given";
 }
 
+// The soname first (the loader's search), then the same file in the toolkit folder CMake found, if known.
 void* open_library() {
-  void* handle = ::dlopen(kSoname, RTLD_NOW | RTLD_LOCAL);
-  if (handle != nullptr) return handle;
-  const std::string first_reason = loader_error();
-  const std::string fallback = std::string(CLEAVE_CUBLASLT_DIR) + "/" + kSoname;
-  if (std::string(CLEAVE_CUBLASLT_DIR).empty()) {
-    throw BackendError(
-        fmt::format("cuBLASLt: cannot open {} ({}); add the CUDA toolkit's lib folder to "
-                    "LD_LIBRARY_PATH",
-                    kSoname, first_reason));
+  std::vector<std::string> candidates = {kSoname};
+  if (!std::string(CLEAVE_CUBLASLT_DIR).empty()) candidates.push_back(std::string(CLEAVE_CUBLASLT_DIR) + "/" + kSoname);
+  std::vector<std::string> reasons;
+  for (const std::string& path : candidates) {
+    if (void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return handle;
+    reasons.push_back(fmt::format("{} ({})", path, loader_error()));
   }
-  handle = ::dlopen(fallback.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle != nullptr) return handle;
-  throw BackendError(
-      fmt::format("cuBLASLt: cannot open {} ({}) nor {} ({}); add the CUDA toolkit's lib folder "
-                  "to LD_LIBRARY_PATH",
-                  kSoname, first_reason, fallback, loader_error()));
+  throw BackendError(fmt::format("cuBLASLt: cannot open {}; add the CUDA toolkit's lib folder to LD_LIBRARY_PATH",
+                                 fmt::join(reasons, " nor ")));
 }
 
 template <typename Function>

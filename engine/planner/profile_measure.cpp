@@ -325,7 +325,8 @@ void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec&
                request.repeats, request.rounds);
   std::optional<CacheEvictor> evictor;
   if (request.cold_caches) {
-    evictor.emplace(request.cache_bytes_per_rank > 0 ? request.cache_bytes_per_rank : last_level_cache().bytes);
+    // Twice this rank's share of the cache, which the caller records in `costs` (0: not known, the whole cache).
+    evictor.emplace(costs.cache_bytes_per_rank > 0 ? costs.cache_bytes_per_rank : last_level_cache().bytes);
   }
   // rounds[r][k]: the k-th measurement of round r (the same order every round).
   std::vector<std::vector<partition::MeasuredBlock>> rounds;

@@ -47,8 +47,6 @@ struct BlockProfileRequest {
   // The planner takes from each table by how much of the rank's working set fits its share of the cache
   // (MeasuredCosts::warm_fraction). false: warm only (`cleave profile --warm-caches`), one table.
   bool cold_caches = true;
-  // This rank's share of the last-level cache (cache_bytes_per_rank); the evictor reads twice it. 0: the whole cache.
-  std::int64_t cache_bytes_per_rank = 0;
   // Called after each measurement (one block shape at one tp width and micro-batch size, in one round) with the
   // measurements done, their total over all rounds and what was measured ("transformer_block d32 ... tp 2, micro-batch
   // 4, round 1/5"); empty = silent. `cleave profile` prints a progress line from it.
@@ -101,7 +99,8 @@ partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Te
                                  int repeats, Tensor* output = nullptr, CacheEvictor* evictor = nullptr,
                                  partition::BlockTimes* warm = nullptr, const Tensor& targets = {});
 
-// Appends to costs.blocks; `comm` (null = this process alone) averages the ranks' medians.
+// Appends to costs.blocks; `comm` (null = this process alone) averages the ranks' medians. With cold caches the
+// evictor reads twice costs.cache_bytes_per_rank (the whole last-level cache when 0).
 void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec& spec, const BlockProfileRequest& request,
                     comm::Communicator* comm);
 

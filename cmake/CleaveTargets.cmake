@@ -65,8 +65,13 @@ endfunction()
 #    call it: GCC would reject the header (-Winvalid-pch warns) and parse the headers again.
 set(CLEAVE_TEST_OPTIMIZATION "-Og"
     CACHE STRING "Optimization flag of the test files (the libraries keep the build type's)")
+option(CLEAVE_TEST_UNITY_BUILD "Compile each test binary's files in unity batches" ON)
+set(CLEAVE_TEST_UNITY_BATCH_SIZE 8 CACHE STRING "Test files per unity translation unit")
 set(CLEAVE_TEST_PCH_HEADERS ${CLEAVE_PCH_HEADERS} <gtest/gtest.h>)
 function(cleave_test_compile target)
+  if(CLEAVE_TEST_UNITY_BUILD)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${CLEAVE_TEST_UNITY_BATCH_SIZE})
+  endif()
   if(CLEAVE_TEST_OPTIMIZATION)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${CLEAVE_TEST_OPTIMIZATION}>)
   endif()

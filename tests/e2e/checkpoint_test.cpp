@@ -25,7 +25,7 @@
 #include "support/layout_compare.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::checkpoint_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -319,4 +319,4 @@ TEST(Checkpoint, BadCheckpointsFailBeforeAnyStepAndChangeNothing) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::checkpoint_test

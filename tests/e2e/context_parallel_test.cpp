@@ -36,7 +36,7 @@
 #include "support/memory_compare.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::context_parallel_test {
 namespace {
 
 constexpr double kContextParallel = 2e-5;
@@ -438,4 +438,4 @@ TEST(ContextParallel, BadInputIsOneClearError) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::context_parallel_test

@@ -27,7 +27,7 @@
 
 #if CLEAVE_WITH_CUDA
 
-namespace cleave::testing {
+namespace cleave::testing::cuda_coverage_test {
 namespace {
 
 #define CLEAVE_BACKEND_SLOTS(X)                                                                                  \
@@ -234,6 +234,6 @@ TEST(CudaCoverage, RecordingSeesTheGptOps) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::cuda_coverage_test
 
 #endif  // CLEAVE_WITH_CUDA

@@ -35,7 +35,7 @@
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::dp_equivalence_test {
 namespace {
 
 struct Layout {
@@ -176,4 +176,4 @@ TEST(ZeroSharded, StagesOneTwoAndThreeMatchPlainDataParallelBitForBit) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::dp_equivalence_test

@@ -24,7 +24,7 @@
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::dp_overlap_test {
 namespace {
 
 TEST(DataParallelOverlap, BucketsStartDuringBackwardInCallbackOrder) {
@@ -124,4 +124,4 @@ TEST(DataParallelOverlap, BucketsStartDuringBackwardInCallbackOrder) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::dp_overlap_test

@@ -27,7 +27,7 @@
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::dp_zero_internals_test {
 namespace {
 
 // Two copies of the tiny GPT's one stage built from the same seed: one for plain (or ZeRO-1) data parallelism
@@ -241,4 +241,4 @@ TEST(ZeroThree, BlocksHoldTheirParametersOnlyWhileTheyRun) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::dp_zero_internals_test

@@ -24,7 +24,7 @@
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::dp_zero_memory_test {
 namespace {
 
 // kOptimizerState bytes the trainer allocates at construction (AdamW: exp_avg and exp_avg_sq).
@@ -256,4 +256,4 @@ TEST(ZeroMemory, ZeroTwoPerStepTradesBucketsInOrder) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::dp_zero_memory_test

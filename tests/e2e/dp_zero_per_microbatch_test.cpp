@@ -18,7 +18,7 @@
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::dp_zero_per_microbatch_test {
 namespace {
 
 // optimizer.zero_reduce per_microbatch (ZeRO-2 and 3 outside deterministic mode): each bucket is reduce-scattered
@@ -196,4 +196,4 @@ TEST(ZeroPerMicrobatch, GradientPeakIsTheShardsPlusTwoBucketsAsPlanned) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::dp_zero_per_microbatch_test

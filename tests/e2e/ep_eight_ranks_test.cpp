@@ -41,7 +41,7 @@
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::ep_eight_ranks_test {
 namespace {
 
 config::RunConfig tiny_moe(std::int64_t steps, const std::vector<std::string>& overrides) {
@@ -296,4 +296,4 @@ TEST(EpEightRanks, MemoryPlanFollowsTheMeasuredPeakUnderZero) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::ep_eight_ranks_test

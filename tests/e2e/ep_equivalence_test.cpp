@@ -39,7 +39,7 @@
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::ep_equivalence_test {
 namespace {
 
 config::RunConfig tiny_moe(std::int64_t steps, const std::vector<std::string>& overrides) {
@@ -354,4 +354,4 @@ TEST(EpEquivalence, ExpertsNotDivisibleAreRefusedBeforeWork) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::ep_equivalence_test

@@ -20,7 +20,7 @@
 #include "support/memory_compare.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::ep_memory_plan_test {
 namespace {
 
 constexpr std::int64_t kExperts = 8, kTopK = 2, kSeq = 32, kMicro = 2, kSteps = 3;
@@ -142,4 +142,4 @@ TEST(ExpertParallel, MemoryPlanFollowsTheMeasuredPeakUnderZero) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::ep_memory_plan_test

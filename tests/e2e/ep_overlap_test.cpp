@@ -28,7 +28,7 @@
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::ep_overlap_test {
 namespace {
 
 // tiny_ep_moe with 4 layers, at pp2 under dualpipev, 6 steps.
@@ -173,4 +173,4 @@ TEST(EpOverlap, OverlapWithoutDualPipeVOrEpIsRefusedNamingTheKey) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::ep_overlap_test

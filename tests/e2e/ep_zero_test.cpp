@@ -43,7 +43,7 @@
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::ep_zero_test {
 namespace {
 
 config::RunConfig tiny_moe(std::int64_t steps, const std::vector<std::string>& overrides) {
@@ -221,4 +221,4 @@ TEST(EpZeroCheckpoint, ZeroThreeEpTwoResumesAtEpOne) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::ep_zero_test

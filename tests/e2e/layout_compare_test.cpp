@@ -10,7 +10,7 @@
 
 #include "support/layout_compare.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::layout_compare_test {
 namespace {
 
 RunRecord record(std::vector<double> losses, std::vector<float> w) {
@@ -56,4 +56,4 @@ TEST(LayoutCompare, AResumedRunMustContinueTheWholeOne) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::layout_compare_test

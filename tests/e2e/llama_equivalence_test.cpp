@@ -25,7 +25,7 @@
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::llama_equivalence_test {
 namespace {
 
 std::vector<LayoutCase> layouts_for(int world) {
@@ -113,4 +113,4 @@ TEST(LlamaMemory, MeasuredPeakIsNearThePlan) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::llama_equivalence_test

@@ -33,7 +33,7 @@
 #include "support/memory_compare.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::memory_plan_total_test {
 namespace {
 
 constexpr double kBound = 0.02;
@@ -179,4 +179,4 @@ TEST(MemoryPlanTotal, ExpertParallelWithinTwoPercent) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::memory_plan_total_test

@@ -23,7 +23,7 @@
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::mixed_precision_test {
 namespace {
 
 // bf16 tensor parallel within kBf16TensorParallel (support/layout_overrides.hpp): parameters' max |difference|
@@ -135,4 +135,4 @@ TEST(MixedPrecision, Bf16GradientReductionHalvesTheBytesAndStaysClose) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::mixed_precision_test

@@ -39,7 +39,7 @@
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::moe_equivalence_test {
 namespace {
 
 std::vector<LayoutCase> layouts_for(int world) {
@@ -421,4 +421,4 @@ TEST(MoeMemory, ContextParallelFullRecomputeFollowsThePlan) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::moe_equivalence_test

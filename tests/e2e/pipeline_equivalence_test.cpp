@@ -36,7 +36,7 @@
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::pipeline_equivalence_test {
 namespace {
 
 // A case and its tolerance: 0 bit-identical, else relative (support/layout_compare.hpp's Bound).
@@ -118,9 +118,9 @@ TEST(PipelineEquivalence, EveryLayoutMatchesOneRank) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::pipeline_equivalence_test
 
-namespace cleave::testing {
+namespace cleave::testing::pipeline_equivalence_test {
 namespace {
 
 // Peak activation memory follows the schedule (docs/architecture.md): with p = 4 and m = 8, GPipe keeps all 8
@@ -199,9 +199,9 @@ TEST(PipelineMemory, SentTensorsAreFreedWhenTheirSendCompletes) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::pipeline_equivalence_test
 
-namespace cleave::testing {
+namespace cleave::testing::pipeline_equivalence_test {
 namespace {
 
 // The measured timeline (train.trace) holds every action of each rank's lowered schedule, in schedule order,
@@ -242,4 +242,4 @@ TEST(PipelineTrace, MeasuredTimelineHoldsEveryActionInScheduleOrder) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::pipeline_equivalence_test

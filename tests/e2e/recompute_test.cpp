@@ -18,7 +18,7 @@
 #include "mpi/mpi_test_env.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::recompute_test {
 namespace {
 
 config::RunConfig tiny_gpt(const std::string& recompute, const std::vector<std::string>& more = {}) {
@@ -121,4 +121,4 @@ TEST(Recompute, TensorAndPipelineParallel) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::recompute_test

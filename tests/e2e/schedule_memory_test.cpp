@@ -24,7 +24,7 @@
 #include "support/memory_compare.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::schedule_memory_test {
 namespace {
 
 // Sixteen layers: four per stage under the two-chunk schedules at pp 2, eight under ZB-H2 (see the header: one
@@ -94,4 +94,4 @@ TEST(ScheduleMemory, EveryScheduleFollowsThePlan) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::schedule_memory_test

@@ -32,7 +32,7 @@
 #include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::sequence_parallel_test {
 namespace {
 
 const std::string kSp = "parallel.sequence_parallel=true";
@@ -168,9 +168,9 @@ TEST(SequenceParallel, BadInputIsOneClearError) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::sequence_parallel_test
 
-namespace cleave::testing {
+namespace cleave::testing::sequence_parallel_test {
 namespace {
 
 // Activation memory: the allocator's measured activation peak against the memory plan's (one tp rank's
@@ -353,9 +353,9 @@ TEST(SequenceParallel, PipelineBoundariesCarryTheShard) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::sequence_parallel_test
 
-namespace cleave::testing {
+namespace cleave::testing::sequence_parallel_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -433,4 +433,4 @@ TEST(SequenceParallel, CheckpointsLoadAcrossTheSwitch) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::sequence_parallel_test

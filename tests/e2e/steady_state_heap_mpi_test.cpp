@@ -33,7 +33,7 @@
 #include "mpi/mpi_test_env.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::steady_state_heap_mpi_test {
 namespace {
 
 // Tensor storage's new blocks over the three counted steps on a dense layout, at most (see the header).
@@ -198,4 +198,4 @@ TEST(SteadyStateHeapMpi, ExpertParallelStepsTakeNoNewStorageBlockAfterTheBusiest
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::steady_state_heap_mpi_test

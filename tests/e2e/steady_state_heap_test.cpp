@@ -42,7 +42,7 @@
 #include "mpi/mpi_test_env.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::steady_state_heap_test {
 namespace {
 
 // GEMMs of 256 rows (a micro-batch of 8 sequences of 32): large enough to be sliced over the OpenMP team.
@@ -366,4 +366,4 @@ TEST(SteadyStateHeapOps, OneDnnGemmsAllocateNothingOfOursPerCall) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::steady_state_heap_test

@@ -27,7 +27,7 @@
 #include "mpi/mpi_test_env.hpp"
 #include "train_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::train_single_rank_test {
 namespace {
 
 config::RunConfig tiny_gpt(std::int64_t steps) {
@@ -366,4 +366,4 @@ TEST(TrainE2E, DigitsMlpReachesTestAccuracy) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::train_single_rank_test

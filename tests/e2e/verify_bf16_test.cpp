@@ -26,7 +26,7 @@
 #include "train_harness.hpp"
 #include "verify_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::verify_bf16_test {
 namespace {
 
 // Update items by their element count in the model below: embed.position (seq_len x d_model) and the first
@@ -181,9 +181,9 @@ TEST(VerifyBf16, SgdFailsHalfAStepOnOneElementAndAQuarterTooMuchGradientOnOneBia
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::verify_bf16_test
 
-namespace cleave::testing {
+namespace cleave::testing::verify_bf16_test {
 namespace {
 
 // The precision twin (the reference in fp32, verify_floor.hpp's RoundingFloor) on the d_model 32 gpt of
@@ -301,4 +301,4 @@ TEST(VerifyBf16, Tp2LossBoundFailsALossMeanOverOneTokenTooFew) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::verify_bf16_test

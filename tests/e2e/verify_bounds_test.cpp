@@ -17,7 +17,7 @@
 #include "train_harness.hpp"
 #include "verify_harness.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::verify_bounds_test {
 namespace {
 
 // Draw 785's model of the layout sweep (gpt d_model 32, 4 layers), one rank, AdamW lr 0.01 warming up over 2 steps.
@@ -162,4 +162,4 @@ TEST(VerifyBf16, AdamwLossFloorPassesAReorderingAndFailsALossMeanOverOneTokenToo
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::verify_bounds_test

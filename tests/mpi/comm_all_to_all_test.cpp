@@ -9,7 +9,7 @@
 #include "engine/core/error.hpp"
 #include "tests/mpi/mpi_test_env.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::comm_all_to_all_test {
 namespace {
 
 constexpr std::int64_t kWidth = 3;
@@ -87,4 +87,4 @@ TEST(AllToAllV, CountsThatDoNotCoverTheTensorAreRefused) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::comm_all_to_all_test

@@ -12,7 +12,7 @@
 #include "tests/mpi/tensor_values.hpp"
 #include "tests/reference/sum_tree_reference.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::comm_bucketer_test {
 namespace {
 
 using comm::BucketerOptions;
@@ -197,4 +197,4 @@ TEST(GradientBucketer, MisuseIsRefused) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::comm_bucketer_test

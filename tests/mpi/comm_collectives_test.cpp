@@ -14,7 +14,7 @@
 #include "tests/mpi/mpi_test_env.hpp"
 #include "tests/mpi/tensor_values.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::comm_collectives_test {
 namespace {
 
 using comm::ReduceOp;
@@ -217,4 +217,4 @@ INSTANTIATE_TEST_SUITE_P(Modes, Collectives,
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::comm_collectives_test

@@ -16,7 +16,7 @@
 #include "tests/mpi/tensor_values.hpp"
 #include "tests/reference/sum_tree_reference.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::comm_deterministic_test {
 namespace {
 
 using comm::ReduceOp;
@@ -205,4 +205,4 @@ INSTANTIATE_TEST_SUITE_P(FloatTypes, Deterministic, ::testing::Values(DType::kF3
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::comm_deterministic_test

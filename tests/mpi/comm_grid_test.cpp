@@ -9,7 +9,7 @@
 #include "tests/mpi/mpi_test_env.hpp"
 #include "tests/mpi/tensor_values.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::comm_grid_test {
 namespace {
 
 using comm::ProcessGrid;
@@ -64,4 +64,4 @@ TEST(GridCommunicators, WrongWorldSizeIsRefused) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::comm_grid_test

@@ -9,7 +9,7 @@
 #include "tests/mpi/mpi_test_env.hpp"
 #include "tests/mpi/tensor_values.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::comm_p2p_split_test {
 namespace {
 
 using comm::P2POp;
@@ -179,4 +179,4 @@ TEST(Split, GroupsInheritDeterministicModeAndTimeout) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::comm_p2p_split_test

@@ -21,7 +21,7 @@
 #include "engine/comm/mpi/mpi_communicator.hpp"
 #include "tests/mpi/mpi_test_env.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::comm_progress_test {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -157,4 +157,4 @@ TEST(ProgressThread, OnePerRootSharedBySplitsJoinedWithTheLastAndIdleWhenNothing
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::comm_progress_test

@@ -13,7 +13,7 @@
 #include "engine/core/error.hpp"
 #include "tests/mpi/mpi_test_env.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::comm_world_test {
 namespace {
 
 comm::CommOptions test_options() { return comm::CommOptions{.timeout_s = kTestTimeoutS, .deterministic = false}; }
@@ -79,4 +79,4 @@ TEST(CommWorld, NcclOnTheCpuIsRefusedWithTheReason) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::comm_world_test

@@ -29,7 +29,7 @@
 #include "layers/context_parallel/ring_attention.hpp"
 #include "tests/mpi/mpi_test_env.hpp"
 
-namespace cleave::layers {
+namespace cleave::layers::context_parallel_attention_test {
 namespace {
 
 constexpr std::int64_t kBatch = 2;
@@ -270,4 +270,4 @@ TEST(ContextParallelAttention, AllToAllRefusesIndivisibleHeads) {
 }
 
 }  // namespace
-}  // namespace cleave::layers
+}  // namespace cleave::layers::context_parallel_attention_test

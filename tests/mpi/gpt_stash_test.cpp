@@ -13,7 +13,7 @@
 #include "partition/families/gpt.hpp"
 #include "support/tp_stash.hpp"
 
-namespace cleave::layers {
+namespace cleave::layers::gpt_stash_test {
 namespace {
 
 TEST(GptTensorParallel, StashBytesMatchTheCostModelsTpLayout) {
@@ -37,4 +37,4 @@ TEST(GptTensorParallel, StashBytesMatchTheCostModelsTpLayout) {
 }
 
 }  // namespace
-}  // namespace cleave::layers
+}  // namespace cleave::layers::gpt_stash_test

@@ -43,7 +43,7 @@
 #include "tests/mpi/mpi_test_env.hpp"
 #include "tests/mpi/tensor_values.hpp"
 
-namespace cleave::layers {
+namespace cleave::layers::layers_parallel_test {
 namespace {
 
 constexpr std::int64_t kBatch = 3;
@@ -535,4 +535,4 @@ TEST(TensorParallel, WholeTinyGptMatchesOneRank) {
 }
 
 }  // namespace
-}  // namespace cleave::layers
+}  // namespace cleave::layers::layers_parallel_test

@@ -13,7 +13,7 @@
 #include "partition/families/llama.hpp"
 #include "support/tp_stash.hpp"
 
-namespace cleave::layers {
+namespace cleave::layers::llama_stash_test {
 namespace {
 
 TEST(LlamaTensorParallel, StashBytesMatchTheCostModelsTpLayout) {
@@ -43,4 +43,4 @@ TEST(LlamaTensorParallel, StashBytesMatchTheCostModelsTpLayout) {
 }
 
 }  // namespace
-}  // namespace cleave::layers
+}  // namespace cleave::layers::llama_stash_test

@@ -28,7 +28,7 @@
 #include "pipeline/action.hpp"
 #include "tests/mpi/mpi_test_env.hpp"
 
-namespace cleave::layers {
+namespace cleave::layers::moe_staging_test {
 namespace {
 
 constexpr std::int64_t kD = 8, kF = 8, kExperts = 4, kTopK = 2, kMicro = 2, kSeq = 16;
@@ -233,4 +233,4 @@ TEST(MoeStaging, TheWalkIsTheLayersPeak) {
 }
 
 }  // namespace
-}  // namespace cleave::layers
+}  // namespace cleave::layers::moe_staging_test

@@ -13,7 +13,7 @@
 #include "partition/families/moe.hpp"
 #include "support/tp_stash.hpp"
 
-namespace cleave::layers {
+namespace cleave::layers::moe_stash_test {
 namespace {
 
 TEST(MoeTensorParallel, StashBytesMatchTheCostModelsTpLayout) {
@@ -41,4 +41,4 @@ TEST(MoeTensorParallel, StashBytesMatchTheCostModelsTpLayout) {
 }
 
 }  // namespace
-}  // namespace cleave::layers
+}  // namespace cleave::layers::moe_stash_test

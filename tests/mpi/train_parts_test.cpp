@@ -24,7 +24,7 @@
 #include "mpi_test_env.hpp"
 #include "support/counting_communicator.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::train_parts_test {
 namespace {
 
 config::RunConfig tiny_gpt(int pp, bool tie, double grad_clip) {
@@ -185,4 +185,4 @@ TEST(ThrowIfAnyRankFailed, BadInputStaysBadInputOnlyWhenEveryFailingRankAgrees) 
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::train_parts_test

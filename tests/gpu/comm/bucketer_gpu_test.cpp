@@ -23,7 +23,7 @@
 #include "tests/gpu/comm/gpu_comm_env.hpp"
 #include "tests/mpi/mpi_test_env.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::bucketer_gpu_test {
 namespace {
 
 using comm::BucketReduction;
@@ -147,4 +147,4 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::bucketer_gpu_test

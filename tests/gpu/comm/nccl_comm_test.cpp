@@ -24,7 +24,7 @@
 #include "tests/mpi/mpi_test_env.hpp"
 #include "tests/mpi/tensor_values.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::nccl_comm_test {
 namespace {
 
 using comm::P2POp;
@@ -516,4 +516,4 @@ TEST_F(Nccl, ArgumentErrors) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::nccl_comm_test

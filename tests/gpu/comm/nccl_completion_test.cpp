@@ -34,7 +34,7 @@
 #include "tests/gpu/comm/gpu_comm_env.hpp"
 #include "tests/mpi/mpi_test_env.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::nccl_completion_test {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -282,4 +282,4 @@ TEST_F(NcclCompletion, DISABLED_TimeoutOnTheDeviceIsReported) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::nccl_completion_test

@@ -44,7 +44,7 @@
 #include "tests/mpi/mpi_test_env.hpp"
 #include "tests/mpi/tensor_values.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::staged_comm_test {
 namespace {
 
 using comm::P2POp;
@@ -860,4 +860,4 @@ TEST_F(StagedHost, ArgumentErrorsNameTheOpAndBothDevices) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::staged_comm_test

@@ -9,7 +9,7 @@
 #include "kernels/cpu/adamw.hpp"
 #include "tests/gpu/cuda/cuda_test_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::adamw_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -52,4 +52,4 @@ TEST_P(CudaAdamW, ThreeStepsAreBitIdenticalToCpu) {
 INSTANTIATE_TEST_SUITE_P(Sizes, CudaAdamW, ::testing::Values(1, 13, 4099, 1000003));
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::adamw_test

@@ -10,7 +10,7 @@
 #include "kernels/cpu/bias.hpp"
 #include "tests/gpu/cuda/cuda_test_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::bias_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -54,4 +54,4 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaBias,
                                            std::make_tuple(int64_t{8193}, int64_t{97})));
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::bias_test

@@ -10,7 +10,7 @@
 #include "engine/cuda/copy.hpp"
 #include "tests/gpu/cuda/cuda_test_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::caching_allocator_test {
 namespace {
 
 using CudaAllocator = CudaTest;
@@ -120,4 +120,4 @@ TEST_F(CudaAllocator, FreedBlockIsReusedOnTheSameStreamWithoutASync) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::caching_allocator_test

@@ -16,7 +16,7 @@
 #include "engine/cuda/stream.hpp"
 #include "tests/gpu/cuda/cuda_test_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::device_test {
 namespace {
 
 using CudaDevice = CudaTest;
@@ -183,4 +183,4 @@ TEST_F(CudaDevice, MisuseIsCaught) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::device_test

@@ -8,7 +8,7 @@
 #include "kernels/cpu/elementwise.hpp"
 #include "tests/gpu/cuda/cuda_test_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::elementwise_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -77,4 +77,4 @@ TEST_P(CudaElementwise, Bf16CastsAreExact) {
 INSTANTIATE_TEST_SUITE_P(Sizes, CudaElementwise, ::testing::Values(1, 7, 255, 257, 100003, 5000011));
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::elementwise_test

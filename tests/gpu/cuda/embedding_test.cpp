@@ -13,7 +13,7 @@
 #include "kernels/cuda/index_status.hpp"
 #include "tests/gpu/cuda/cuda_test_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::embedding_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -142,4 +142,4 @@ TEST_F(CudaEmbeddingErrors, BadIdsAreRecordedZeroedAndReported) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::embedding_test

@@ -7,7 +7,7 @@
 #include "kernels/cpu/gelu.hpp"
 #include "tests/gpu/cuda/cuda_test_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::gelu_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -41,4 +41,4 @@ TEST_P(CudaGelu, ForwardAndBackwardMatchCpu) {
 INSTANTIATE_TEST_SUITE_P(Sizes, CudaGelu, ::testing::Values(1, 31, 257, 100003));
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::gelu_test

@@ -23,7 +23,7 @@
 #include "kernels/cpu/gemm.hpp"
 #include "tests/gpu/cuda/cuda_test_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::gemm_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -478,4 +478,4 @@ TEST_F(CudaGemm, RefusesBadArgumentsWithReasons) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::gemm_test

@@ -11,7 +11,7 @@
 #include "kernels/cpu/layernorm.hpp"
 #include "tests/gpu/cuda/cuda_test_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::layernorm_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -84,4 +84,4 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(int64_t{3}, int64_t{4099}), std::make_tuple(int64_t{4097}, int64_t{64})));
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::layernorm_test

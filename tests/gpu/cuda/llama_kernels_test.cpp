@@ -20,7 +20,7 @@
 #include "kernels/cuda/swiglu.hpp"
 #include "tests/gpu/cuda/cuda_test_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::llama_kernels_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -204,4 +204,4 @@ TEST_F(CudaLlamaKernels, RopePackQkvMatchesDoubleReference) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::llama_kernels_test

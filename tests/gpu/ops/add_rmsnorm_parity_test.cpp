@@ -9,7 +9,7 @@
 
 #include "tests/gpu/ops/parity_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::add_rmsnorm_parity_test {
 namespace {
 
 using AddRmsNormParity = OpsParity;
@@ -110,4 +110,4 @@ TEST_F(AddRmsNormParity, MixedDtypesAreThePairsBitsAndCloseToTheCpu) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::add_rmsnorm_parity_test

@@ -22,7 +22,7 @@
 
 #include "tests/gpu/ops/parity_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::attention_parity_test {
 namespace {
 
 struct AttentionCase {
@@ -213,4 +213,4 @@ TEST_F(AttentionParity, MixedDtypesAreRefusedByName) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::attention_parity_test

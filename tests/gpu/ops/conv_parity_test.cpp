@@ -18,7 +18,7 @@
 #include "tests/gpu/ops/int_inputs.hpp"
 #include "tests/gpu/ops/parity_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::conv_parity_test {
 namespace {
 
 struct ConvCase {
@@ -113,4 +113,4 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MaxPoolParity,
                                                            std::int64_t{2}, DType::kBF16)));
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::conv_parity_test

@@ -15,7 +15,7 @@
 #include "tests/gpu/ops/int_inputs.hpp"
 #include "tests/gpu/ops/parity_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::embedding_parity_test {
 namespace {
 
 class EmbeddingParity : public OpsParity,
@@ -110,4 +110,4 @@ TEST_F(OpsParity, BadTokenIdGivesAZeroRowAndIsReportedAtTheDeviceStatusCheck) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::embedding_parity_test

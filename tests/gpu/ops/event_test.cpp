@@ -9,7 +9,7 @@
 
 #include "tests/gpu/ops/parity_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::event_test {
 namespace {
 
 class OpsEventGpu : public OpsParity {};
@@ -60,4 +60,4 @@ TEST_F(OpsEventGpu, CheckDeviceStatusWaitsForTheStreamWithNothingRecorded) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::event_test

@@ -9,7 +9,7 @@
 // rounding: one bf16 ulp, 2^-8 relative).
 #include "tests/gpu/ops/parity_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::gemm_parity_test {
 namespace {
 
 struct GemmCase {
@@ -100,4 +100,4 @@ TEST_F(GemmParity, TakesNoScratchFromTheRunAllocator) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::gemm_parity_test

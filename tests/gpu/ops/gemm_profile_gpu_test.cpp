@@ -17,7 +17,7 @@
 #include "engine/planner/hardware_profile.hpp"
 #include "tests/gpu/ops/parity_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::gemm_profile_gpu_test {
 namespace {
 
 class GemmProfileGpu : public OpsParity {};
@@ -76,4 +76,4 @@ TEST_F(GemmProfileGpu, MeasuresAndChecksTheTrainingGemms) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::gemm_profile_gpu_test

@@ -40,7 +40,7 @@
 #include "kernels/exact_square_sum.hpp"
 #include "tests/gpu/ops/parity_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::kernel_timing_test {
 namespace {
 
 namespace kd = kernels::cuda;
@@ -375,4 +375,4 @@ TEST_F(KernelTiming, DISABLED_MoeCombineWeightGrad) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::kernel_timing_test

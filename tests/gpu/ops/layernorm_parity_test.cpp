@@ -10,7 +10,7 @@
 //    dgamma/dbeta sum up to 300 rows in fixed chunks: 1e-4.
 #include "tests/gpu/ops/parity_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::layernorm_parity_test {
 namespace {
 
 using LayerNormParity = OpsParity;
@@ -56,4 +56,4 @@ TEST_F(LayerNormParity, ForwardAndBackwardMatchCpu) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::layernorm_parity_test

@@ -18,7 +18,7 @@
 
 #include "tests/gpu/ops/parity_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::llama_parity_test {
 namespace {
 
 double tolerance(DType dtype, double f32_tol) { return dtype == DType::kBF16 ? 8e-3 : f32_tol; }
@@ -162,4 +162,4 @@ TEST_F(LlamaParity, RopePackQkvForwardAndBackwardMatchCpu) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::llama_parity_test

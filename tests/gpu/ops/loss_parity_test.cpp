@@ -21,7 +21,7 @@
 #include "tests/gpu/ops/int_inputs.hpp"
 #include "tests/gpu/ops/parity_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::loss_parity_test {
 namespace {
 
 constexpr double kStatTol = 1e-5;
@@ -227,4 +227,4 @@ TEST_F(LossParity, BadTargetIsReportedAtTheDeviceStatusCheck) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::loss_parity_test

@@ -13,7 +13,7 @@
 
 #include "tests/gpu/ops/parity_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::moe_parity_test {
 namespace {
 
 using MoeParity = OpsParity;
@@ -188,4 +188,4 @@ TEST_F(MoeParity, NoTokensAndEmptyExpertsChangeNothing) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::moe_parity_test

@@ -11,7 +11,7 @@
 
 #include "tests/gpu/ops/parity_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::optim_parity_test {
 namespace {
 
 using OptimParity = OpsParity;
@@ -120,4 +120,4 @@ TEST_F(OptimParity, ManyTensorUpdatesMatchCpuBitForBit) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::optim_parity_test

@@ -14,7 +14,7 @@
 
 #include "tests/gpu/ops/parity_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::pointwise_parity_test {
 namespace {
 
 const Shape kShapes[] = {Shape{1, 1}, Shape{7, 33}, Shape{3, 5, 129}, Shape{300, 17}};
@@ -234,4 +234,4 @@ TEST_F(PointwiseParity, GeluAndRelu) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::pointwise_parity_test

@@ -10,7 +10,7 @@
 
 #include "tests/gpu/ops/parity_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::reduction_parity_test {
 namespace {
 
 TEST_F(OpsParity, SumSquaresManyMatchesTheCpuWithOneReadBack) {
@@ -31,4 +31,4 @@ TEST_F(OpsParity, SumSquaresManyMatchesTheCpuWithOneReadBack) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::reduction_parity_test

@@ -6,7 +6,7 @@
 // may flip the final bf16 rounding: one bf16 ulp, 2^-8 relative, either way).
 #include "tests/gpu/ops/parity_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::softmax_parity_test {
 namespace {
 
 using SoftmaxParity = OpsParity;
@@ -42,4 +42,4 @@ TEST_F(SoftmaxParity, ForwardAndBackwardMatchCpu) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::softmax_parity_test

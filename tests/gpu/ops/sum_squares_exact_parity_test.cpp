@@ -18,7 +18,7 @@
 #include "kernels/exact_square_sum.hpp"
 #include "tests/gpu/ops/parity_util.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::sum_squares_exact_parity_test {
 namespace {
 
 using kernels::ExactSquareSum;
@@ -112,4 +112,4 @@ TEST_F(SumSquaresExactParity, NanAndInfinityAreCountedAsOnTheCpu) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::sum_squares_exact_parity_test

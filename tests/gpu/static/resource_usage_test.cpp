@@ -28,7 +28,7 @@
 #error "CLEAVE_CUDA_OBJECTS (the list of CUDA objects) is defined by tests/gpu/CMakeLists.txt"
 #endif
 
-namespace cleave::testing {
+namespace cleave::testing::resource_usage_test {
 namespace {
 
 constexpr int64_t kStaticSmemLimit = 48 * 1024;
@@ -290,4 +290,4 @@ TEST(CudaResources, ParsesPtxasReports) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::resource_usage_test

@@ -62,7 +62,7 @@
 #include "pipeline/timeline.hpp"
 #include "support/tiny_models.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::train_gpu_test {
 namespace {
 
 constexpr double kFp32VsCpu = 1e-4;
@@ -599,4 +599,4 @@ TEST(GpuTraining, NcclLayoutsOnTwoGpusTp2HostWaits) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::train_gpu_test

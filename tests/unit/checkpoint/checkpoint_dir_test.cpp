@@ -10,7 +10,7 @@
 #include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/error.hpp"
 
-namespace cleave::checkpoint {
+namespace cleave::checkpoint::checkpoint_dir_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -73,4 +73,4 @@ TEST(CheckpointDir, PruneKeepsTheNewest) {
 }
 
 }  // namespace
-}  // namespace cleave::checkpoint
+}  // namespace cleave::checkpoint::checkpoint_dir_test

@@ -12,7 +12,7 @@
 #include "engine/checkpoint/checkpoint_index.hpp"
 #include "engine/core/error.hpp"
 
-namespace cleave::checkpoint {
+namespace cleave::checkpoint::checkpoint_index_test {
 namespace {
 
 using nlohmann::json;
@@ -220,4 +220,4 @@ TEST(CheckpointIndex, PieceFilesAreListedPlainNames) {
 }
 
 }  // namespace
-}  // namespace cleave::checkpoint
+}  // namespace cleave::checkpoint::checkpoint_index_test

@@ -17,7 +17,7 @@
 #include "engine/checkpoint/quick_check.hpp"
 #include "engine/checkpoint/safetensors.hpp"
 
-namespace cleave::checkpoint {
+namespace cleave::checkpoint::quick_check_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -115,4 +115,4 @@ TEST_F(QuickCheck, TensorDataIsNotRead) {
 }
 
 }  // namespace
-}  // namespace cleave::checkpoint
+}  // namespace cleave::checkpoint::quick_check_test

@@ -13,7 +13,7 @@
 
 #include "engine/checkpoint/read_source.hpp"
 
-namespace cleave::checkpoint {
+namespace cleave::checkpoint::read_source_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -82,4 +82,4 @@ TEST_F(ReadSourceTest, DamagedNewestSaysSoWithoutAnOlderIntactOne) {
 }
 
 }  // namespace
-}  // namespace cleave::checkpoint
+}  // namespace cleave::checkpoint::read_source_test

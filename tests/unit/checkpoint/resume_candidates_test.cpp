@@ -13,7 +13,7 @@
 #include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/checkpoint/resume_candidates.hpp"
 
-namespace cleave::checkpoint {
+namespace cleave::checkpoint::resume_candidates_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -101,4 +101,4 @@ TEST(ResumeCandidates, SetAsideKeepsTheFilesOutOfReach) {
 }
 
 }  // namespace
-}  // namespace cleave::checkpoint
+}  // namespace cleave::checkpoint::resume_candidates_test

@@ -17,7 +17,7 @@
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/core/error.hpp"
 
-namespace cleave::checkpoint {
+namespace cleave::checkpoint::safetensors_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -274,4 +274,4 @@ TEST(Safetensors, ChecksumChangesWithAnyFlippedDataByte) {
 }
 
 }  // namespace
-}  // namespace cleave::checkpoint
+}  // namespace cleave::checkpoint::safetensors_test

@@ -9,7 +9,7 @@
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 
-namespace cleave::cli {
+namespace cleave::cli::args_test {
 namespace {
 
 ArgParser demo() {
@@ -169,9 +169,9 @@ TEST(CliArgs, ReadingAnUndeclaredOptionIsABug) {
 }
 
 }  // namespace
-}  // namespace cleave::cli
+}  // namespace cleave::cli::args_test
 
-namespace cleave::cli {
+namespace cleave::cli::args_test {
 namespace {
 
 TEST(CliArgs, RepeatedLastPositionalTakesAnyNumber) {
@@ -187,4 +187,4 @@ TEST(CliArgs, RepeatedLastPositionalTakesAnyNumber) {
 }
 
 }  // namespace
-}  // namespace cleave::cli
+}  // namespace cleave::cli::args_test

@@ -10,7 +10,7 @@
 #include "engine/comm/gradient_bucket_layout.hpp"
 #include "engine/core/error.hpp"
 
-namespace cleave::comm {
+namespace cleave::comm::gradient_bucket_layout_test {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
@@ -100,4 +100,4 @@ TEST(GradientBucketLayout, RefusesAGradientThatIsNotFloating) {
 }
 
 }  // namespace
-}  // namespace cleave::comm
+}  // namespace cleave::comm::gradient_bucket_layout_test

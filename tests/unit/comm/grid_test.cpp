@@ -9,7 +9,7 @@
 
 #include "engine/comm/process_grid.hpp"
 
-namespace cleave::comm {
+namespace cleave::comm::grid_test {
 namespace {
 
 // Every rank appears in exactly one group of the family, and group_of(rank) is the group holding it.
@@ -229,4 +229,4 @@ TEST(Grid, ExpertParallelTimesTensorParallelByHand) {
 }
 
 }  // namespace
-}  // namespace cleave::comm
+}  // namespace cleave::comm::grid_test

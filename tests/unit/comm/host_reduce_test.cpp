@@ -12,7 +12,7 @@
 #include "engine/comm/host_reduce.hpp"
 #include "tests/reference/sum_tree_reference.hpp"
 
-namespace cleave::comm {
+namespace cleave::comm::host_reduce_test {
 namespace {
 
 TEST(HostReduce, OrderedSumCombinesSlotsInOrder) {
@@ -160,4 +160,4 @@ TEST(CommHelpers, AliasingClassification) {
 }
 
 }  // namespace
-}  // namespace cleave::comm
+}  // namespace cleave::comm::host_reduce_test

@@ -12,7 +12,7 @@
 #include "engine/comm/launch_env.hpp"
 #include "engine/core/error.hpp"
 
-namespace cleave::comm {
+namespace cleave::comm::launch_env_test {
 namespace {
 
 EnvLookup env_of(std::map<std::string, std::string> vars) {
@@ -339,4 +339,4 @@ TEST(LaunchEnv, RankOrSizeMismatchNamesBothSides) {
 }
 
 }  // namespace
-}  // namespace cleave::comm
+}  // namespace cleave::comm::launch_env_test

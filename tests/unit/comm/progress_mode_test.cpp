@@ -10,7 +10,7 @@
 #include "engine/comm/mpi/progress_thread.hpp"
 #include "engine/core/error.hpp"
 
-namespace cleave::comm {
+namespace cleave::comm::progress_mode_test {
 namespace {
 
 TEST(P2PProgressMode, NamesRoundTripAndOthersAreRefused) {
@@ -78,4 +78,4 @@ TEST(P2PProgressMode, ThreadWithoutMultipleIsRefusedWithTheRemedy) {
 }
 
 }  // namespace
-}  // namespace cleave::comm
+}  // namespace cleave::comm::progress_mode_test

@@ -16,7 +16,7 @@
 #include "engine/comm/launch_env.hpp"
 #include "engine/core/error.hpp"
 
-namespace cleave::comm {
+namespace cleave::comm::srun_launch_env_test {
 namespace {
 
 using Env = std::map<std::string, std::string>;
@@ -276,4 +276,4 @@ TEST(SrunLaunch, TasksPerNodeOfEachShape) {
 }
 
 }  // namespace
-}  // namespace cleave::comm
+}  // namespace cleave::comm::srun_launch_env_test

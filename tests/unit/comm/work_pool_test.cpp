@@ -9,7 +9,7 @@
 
 #include "engine/comm/work_pool.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::work_pool_test {
 namespace {
 
 using comm::detail::WorkPool;
@@ -90,4 +90,4 @@ TEST(WorkPool, GivingBackNeverGrowsTheIdleList) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::work_pool_test

@@ -8,7 +8,7 @@
 #include "engine/config/comm_backend.hpp"
 #include "engine/core/error.hpp"
 
-namespace cleave::config {
+namespace cleave::config::comm_backend_test {
 namespace {
 
 // world_size 0: not known (config validation before launch); the factory passes the world's size.
@@ -80,4 +80,4 @@ TEST(CommBackend, NcclIsRefusedWhereItCannotWork) {
 }
 
 }  // namespace
-}  // namespace cleave::config
+}  // namespace cleave::config::comm_backend_test

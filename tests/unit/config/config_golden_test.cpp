@@ -17,7 +17,7 @@
 
 #include "engine/config/config.hpp"
 
-namespace cleave::config {
+namespace cleave::config::config_golden_test {
 namespace {
 
 struct Family {
@@ -128,4 +128,4 @@ TEST(ConfigGolden, ChangedFieldChangesTheText) {
 }
 
 }  // namespace
-}  // namespace cleave::config
+}  // namespace cleave::config::config_golden_test

@@ -15,7 +15,7 @@
 #include "partition/tp_rules.hpp"
 #include "pipeline/schedules/schedules.hpp"
 
-namespace cleave::config {
+namespace cleave::config::config_test {
 namespace {
 
 // Parses `text` with `overrides`, expects cleave::InputError (bad input: `cleave` exits ExitCode::kBadInput and
@@ -808,9 +808,9 @@ TEST(Config, CheckpointKeysWithoutASaveAreNamed) {
 }
 
 }  // namespace
-}  // namespace cleave::config
+}  // namespace cleave::config::config_test
 
-namespace cleave::config {
+namespace cleave::config::config_test {
 namespace {
 
 TEST(ConfigCommBackend, ChoicesAndNcclNeedsCudaAndAGpuDevice) {
@@ -832,9 +832,9 @@ TEST(ConfigCommBackend, ChoicesAndNcclNeedsCudaAndAGpuDevice) {
 }
 
 }  // namespace
-}  // namespace cleave::config
+}  // namespace cleave::config::config_test
 
-namespace cleave::config {
+namespace cleave::config::config_test {
 namespace {
 
 TEST(ConfigRecompute, ChoicesAndOnlyForTransformers) {
@@ -857,9 +857,9 @@ TEST(ConfigRecompute, ChoicesAndOnlyForTransformers) {
 }
 
 }  // namespace
-}  // namespace cleave::config
+}  // namespace cleave::config::config_test
 
-namespace cleave::config {
+namespace cleave::config::config_test {
 namespace {
 
 TEST(ConfigP2PProgress, ChoicesDefaultAutoAndKeptInTheResolvedConfig) {
@@ -875,9 +875,9 @@ TEST(ConfigP2PProgress, ChoicesDefaultAutoAndKeptInTheResolvedConfig) {
 }
 
 }  // namespace
-}  // namespace cleave::config
+}  // namespace cleave::config::config_test
 
-namespace cleave::config {
+namespace cleave::config::config_test {
 namespace {
 
 // A head dimension above what attention serves on the device (kernels/ops/attention_limits.hpp: 128 on CUDA, no
@@ -899,5 +899,5 @@ TEST(ConfigDeviceKernels, CudaRefusesHeadsWiderThanItsAttentionKernels) {
 }
 
 }  // namespace
-}  // namespace cleave::config
+}  // namespace cleave::config::config_test
 

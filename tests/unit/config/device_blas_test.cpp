@@ -9,7 +9,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 
-namespace cleave::config {
+namespace cleave::config::device_blas_test {
 namespace {
 
 std::string error_of(const std::string& value) {
@@ -52,4 +52,4 @@ TEST(DeviceBlas, EachNameIsReadWhenBuiltAndRefusedNamingTheAvailableOnesWhenNot)
 }
 
 }  // namespace
-}  // namespace cleave::config
+}  // namespace cleave::config::device_blas_test

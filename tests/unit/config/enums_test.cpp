@@ -10,7 +10,7 @@
 #include "engine/core/error.hpp"
 #include "partition/measured_costs.hpp"
 
-namespace cleave::config {
+namespace cleave::config::enums_test {
 namespace {
 
 // Every table: names unique, each value's name maps back to it, parse_enum and fmt agree with the table.
@@ -184,4 +184,4 @@ TEST(ConfigValidate, RunsOnATypedConfigWithTheKeyAndTheSameDetail) {
 }
 
 }  // namespace
-}  // namespace cleave::config
+}  // namespace cleave::config::enums_test

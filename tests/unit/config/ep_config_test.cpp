@@ -10,7 +10,7 @@
 
 #include "engine/config/config.hpp"
 
-namespace cleave::config {
+namespace cleave::config::ep_config_test {
 namespace {
 
 const std::string kMoe = R"({"model": {"type": "moe", "d_model": 32, "n_heads": 4, "n_experts": 4, "top_k": 2}})";
@@ -143,4 +143,4 @@ TEST(EpConfig, MemoryFiguresAtEpOneAreRefusedWhateverTheirValue) {
 }
 
 }  // namespace
-}  // namespace cleave::config
+}  // namespace cleave::config::ep_config_test

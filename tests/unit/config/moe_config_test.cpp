@@ -10,7 +10,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/input_error.hpp"
 
-namespace cleave::config {
+namespace cleave::config::moe_config_test {
 namespace {
 
 void expect_error(const std::string& text, const std::vector<std::string>& needles) {
@@ -98,4 +98,4 @@ TEST(MoeConfig, SigmoidBiasUpdateUnderShardedZeroThreeIsRefusedAtResolve) {
 }
 
 }  // namespace
-}  // namespace cleave::config
+}  // namespace cleave::config::moe_config_test

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-namespace cleave {
+namespace cleave::cpu_features_test {
 namespace {
 
 CpuFeatures emerald_rapids() {
@@ -68,4 +68,4 @@ TEST(CpuFeatures, ReaderReportsAvx512OnlyWithAvx2) {
 }
 
 }  // namespace
-}  // namespace cleave
+}  // namespace cleave::cpu_features_test

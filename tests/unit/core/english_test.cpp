@@ -4,7 +4,7 @@
 
 #include "engine/core/english.hpp"
 
-namespace cleave {
+namespace cleave::english_test {
 namespace {
 
 TEST(English, CountIsSingularOnlyForOne) {
@@ -36,4 +36,4 @@ TEST(English, DtypesAndDevicesToo) {
 }
 
 }  // namespace
-}  // namespace cleave
+}  // namespace cleave::english_test

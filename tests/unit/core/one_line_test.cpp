@@ -7,7 +7,7 @@
 
 #include "engine/core/one_line.hpp"
 
-namespace cleave {
+namespace cleave::one_line_test {
 namespace {
 
 TEST(ShortenAtWord, WholeWordsOnly) {
@@ -29,4 +29,4 @@ TEST(EscapeControl, OneLine) {
 }
 
 }  // namespace
-}  // namespace cleave
+}  // namespace cleave::one_line_test

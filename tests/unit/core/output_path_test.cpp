@@ -14,7 +14,7 @@
 #include "engine/core/input_error.hpp"
 #include "engine/core/output_path.hpp"
 
-namespace cleave {
+namespace cleave::output_path_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -151,4 +151,4 @@ TEST(OutputDir, AKernelFileSystemIsRefusedEvenForRoot) {
 }
 
 }  // namespace
-}  // namespace cleave
+}  // namespace cleave::output_path_test

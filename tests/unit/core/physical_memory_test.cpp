@@ -11,7 +11,7 @@
 
 #include "engine/core/physical_memory.hpp"
 
-namespace cleave {
+namespace cleave::physical_memory_test {
 namespace {
 
 constexpr std::int64_t kGiB = std::int64_t{1} << 30;
@@ -216,4 +216,4 @@ TEST(PhysicalMemory, WithoutMemTotalSysconfIsThePhysicalMemory) {
 }
 
 }  // namespace
-}  // namespace cleave
+}  // namespace cleave::physical_memory_test

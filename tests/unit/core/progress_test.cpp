@@ -8,7 +8,7 @@
 
 #include "engine/core/progress.hpp"
 
-namespace cleave {
+namespace cleave::progress_test {
 namespace {
 
 std::string contents(std::FILE* f) {
@@ -89,4 +89,4 @@ TEST(FormatSeconds, MinutesAndHours) {
 }
 
 }  // namespace
-}  // namespace cleave
+}  // namespace cleave::progress_test

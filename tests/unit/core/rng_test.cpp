@@ -6,7 +6,7 @@
 
 #include "engine/core/rng.hpp"
 
-namespace cleave {
+namespace cleave::rng_test {
 namespace {
 
 TEST(Rng, SameKeySameValuesDifferentKeyDifferentValues) {
@@ -42,4 +42,4 @@ TEST(Rng, NormalMomentsAreClose) {
 }
 
 }  // namespace
-}  // namespace cleave
+}  // namespace cleave::rng_test

@@ -4,7 +4,7 @@
 
 #include "engine/core/tensor.hpp"
 
-namespace cleave {
+namespace cleave::tensor_test {
 namespace {
 
 class TestAllocator final : public Allocator {
@@ -215,4 +215,4 @@ TEST(Bytes, ParsesUnitsAndRejectsGarbage) {
 }
 
 }  // namespace
-}  // namespace cleave
+}  // namespace cleave::tensor_test

@@ -10,7 +10,7 @@
 
 #include "engine/cuda/caching_allocator.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::allocation_failure_test {
 namespace {
 
 using cuda::AllocationFailure;
@@ -50,4 +50,4 @@ TEST(AllocationFailure, CacheReleaseWarningNamesTheSizesAndTheHazard) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::allocation_failure_test

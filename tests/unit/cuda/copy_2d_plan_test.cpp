@@ -9,7 +9,7 @@
 
 #include "kernels/cuda/copy_2d_plan.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::copy_2d_plan_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -50,4 +50,4 @@ TEST(CudaCopy2dPlan, PitchAboveTheDeviceMaximumGoesRowByRow) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::copy_2d_plan_test

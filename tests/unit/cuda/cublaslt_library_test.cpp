@@ -10,7 +10,7 @@
 
 #include "engine/cuda/cublaslt_library.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::cublaslt_library_test {
 namespace {
 
 TEST(CublasLtLibrary, OpensOnFirstUseWithEveryFunctionTheGemmCalls) {
@@ -50,4 +50,4 @@ TEST(CublasLtLibrary, VersionAndStatusTextComeFromTheLibraryBuiltAgainst) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::cublaslt_library_test

@@ -13,7 +13,7 @@
 #include "engine/core/error.hpp"
 #include "engine/cuda/device.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::device_guard_test {
 namespace {
 
 // The simulated thread and process (plain function pointers cannot capture: one per test, set by the fixture).
@@ -84,4 +84,4 @@ TEST(PrimaryContext, QueryAnswersWithoutLeavingAnError) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::device_guard_test

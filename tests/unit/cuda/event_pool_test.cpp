@@ -14,7 +14,7 @@
 #include "engine/core/error.hpp"
 #include "engine/cuda/event_pool.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::event_pool_test {
 namespace {
 
 using cuda::EventCalls;
@@ -179,4 +179,4 @@ TEST_F(EventPoolTest, PoolsPerDeviceCreateNothingAfterTheWarmUp) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::event_pool_test

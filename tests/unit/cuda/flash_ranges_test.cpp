@@ -14,7 +14,7 @@
 #include "kernels/cuda/flash_ranges.hpp"
 #include "kernels/cuda/launch_config.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::flash_ranges_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -143,4 +143,4 @@ TEST(CudaFlashRanges, LongContextPositionsDoNotWrap) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::flash_ranges_test

@@ -9,7 +9,7 @@
 
 #include "kernels/cuda/gemm.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::gemm_can_implement_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -63,4 +63,4 @@ TEST(CudaGemmCanImplement, AuxLeadingDimensionIsStillCheckedForBf16) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::gemm_can_implement_test

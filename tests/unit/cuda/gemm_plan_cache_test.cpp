@@ -13,7 +13,7 @@
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/lru_cache.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::gemm_plan_cache_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -153,4 +153,4 @@ TEST(GemmHeuristicProblem, BucketsRowExtentsOnlyWhereLeadingDimensionsStayValid)
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::gemm_plan_cache_test

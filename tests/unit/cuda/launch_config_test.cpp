@@ -30,7 +30,7 @@
 #include "kernels/cuda/moe.hpp"
 #include "kernels/cuda/rmsnorm.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::launch_config_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -345,4 +345,4 @@ TEST(CudaLaunchConfig, SumOfSquaresPartialsFitTheirWorkspace) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::launch_config_test

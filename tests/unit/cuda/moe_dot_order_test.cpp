@@ -19,7 +19,7 @@
 #include "kernels/cuda/moe_dot_order.hpp"
 #include "kernels/moe_dot_lanes.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::moe_dot_order_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -133,4 +133,4 @@ TEST(CudaMoeDotOrder, ColumnOrderIsNotTheCpusBits) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::moe_dot_order_test

@@ -7,7 +7,7 @@
 
 #include "engine/comm/nccl/nccl_group.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::nccl_group_test {
 namespace {
 
 using comm::detail::NcclGroup;
@@ -43,4 +43,4 @@ TEST(NcclGroup, EndReportsTheGroupsErrorOnceAndClosesIt) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::nccl_group_test

@@ -12,7 +12,7 @@
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::nccl_pool_test {
 namespace {
 
 using comm::detail::NcclOpDetails;
@@ -62,4 +62,4 @@ TEST(NcclOpDetailsText, ABatchFitsTheReservedCapacityAndCopiesWithoutGrowing) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::nccl_pool_test

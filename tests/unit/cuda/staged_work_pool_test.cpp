@@ -39,7 +39,7 @@ __attribute__((noinline)) void* operator new(std::size_t bytes) {
 __attribute__((noinline)) void operator delete(void* p) noexcept { std::free(p); }
 __attribute__((noinline)) void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
-namespace cleave::testing {
+namespace cleave::testing::staged_work_pool_test {
 namespace {
 
 using comm::P2POp;
@@ -249,4 +249,4 @@ TEST_F(StagedWorkPool, StepsAfterTheWarmUpAllocateNothing) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::staged_work_pool_test

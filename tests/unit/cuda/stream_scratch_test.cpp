@@ -13,7 +13,7 @@
 
 #include "engine/comm/nccl/stream_scratch.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::stream_scratch_test {
 namespace {
 
 using comm::detail::StreamMemoryCalls;
@@ -210,4 +210,4 @@ TEST_F(StreamScratchTest, MemoryOrderedOnOneStreamIsRefusedOnAnother) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::stream_scratch_test

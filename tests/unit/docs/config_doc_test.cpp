@@ -23,7 +23,7 @@
 #include "engine/config/fields.hpp"
 #include "engine/core/error.hpp"
 
-namespace cleave::docs_test {
+namespace cleave::docs_test::config_doc_test {
 namespace {
 
 using nlohmann::json;
@@ -251,4 +251,4 @@ TEST(ConfigDoc, BatchTableKeysAreDocumented) {
 }
 
 }  // namespace
-}  // namespace cleave::docs_test
+}  // namespace cleave::docs_test::config_doc_test

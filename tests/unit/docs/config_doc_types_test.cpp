@@ -19,7 +19,7 @@
 #include "engine/config/enums.hpp"
 #include "engine/config/fields.hpp"
 
-namespace cleave::docs_test {
+namespace cleave::docs_test::config_doc_types_test {
 namespace {
 
 using config::Field;
@@ -168,4 +168,4 @@ TEST(ConfigDocTypes, EachModelRowNamesTheModelTypesThatReadIt) {
 }
 
 }  // namespace
-}  // namespace cleave::docs_test
+}  // namespace cleave::docs_test::config_doc_types_test

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace cleave::docs_test {
+namespace cleave::docs_test::header_comment_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -218,4 +218,4 @@ TEST(HeaderComments, TheCheckRefusesAFileThatOpensWithCode) {
 }
 
 }  // namespace
-}  // namespace cleave::docs_test
+}  // namespace cleave::docs_test::header_comment_test

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace cleave::docs_test {
+namespace cleave::docs_test::include_rules_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -153,4 +153,4 @@ TEST(IncludeRules, ScannersFindACycleAndAForbiddenInclude) {
 }
 
 }  // namespace
-}  // namespace cleave::docs_test
+}  // namespace cleave::docs_test::include_rules_test

@@ -16,7 +16,7 @@
 
 #include "unit/docs/markdown_table.hpp"
 
-namespace cleave::docs_test {
+namespace cleave::docs_test::layout_table_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -109,4 +109,4 @@ TEST(LayoutTable, ReaderTakesTheTableOfItsSection) {
 }
 
 }  // namespace
-}  // namespace cleave::docs_test
+}  // namespace cleave::docs_test::layout_table_test

@@ -8,7 +8,7 @@
 
 #include "unit/docs/markdown_table.hpp"
 
-namespace cleave::docs_test {
+namespace cleave::docs_test::links_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -66,4 +66,4 @@ TEST(DocLinks, InsideRejectsEscapes) {
 }
 
 }  // namespace
-}  // namespace cleave::docs_test
+}  // namespace cleave::docs_test::links_test

@@ -8,7 +8,7 @@
 #include "engine/hf/hf_config.hpp"
 #include "unit/hf/hf_fixture.hpp"
 
-namespace cleave::hf {
+namespace cleave::hf::hf_config_source_test {
 namespace {
 
 using nlohmann::json;
@@ -92,4 +92,4 @@ TEST(HfConfigSource, KeysTheModelChangedTakeCleavesValue) {
 }
 
 }  // namespace
-}  // namespace cleave::hf
+}  // namespace cleave::hf::hf_config_source_test

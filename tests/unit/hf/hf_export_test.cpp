@@ -13,7 +13,7 @@
 #include "engine/hf/hf_import.hpp"
 #include "unit/hf/hf_fixture.hpp"
 
-namespace cleave::hf {
+namespace cleave::hf::hf_export_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -114,4 +114,4 @@ TEST(HfExport, ExistingOutputAndFailuresLeaveNothing) {
 }
 
 }  // namespace
-}  // namespace cleave::hf
+}  // namespace cleave::hf::hf_export_test

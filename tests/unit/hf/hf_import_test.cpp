@@ -13,7 +13,7 @@
 #include "engine/hf/hf_import.hpp"
 #include "unit/hf/hf_fixture.hpp"
 
-namespace cleave::hf {
+namespace cleave::hf::hf_import_test {
 namespace {
 
 using testing::HfFixture;
@@ -200,4 +200,4 @@ TEST(HfImport, LlamaSettingsCleaveComputesDifferentlyAreRefused) {
 }
 
 }  // namespace
-}  // namespace cleave::hf
+}  // namespace cleave::hf::hf_import_test

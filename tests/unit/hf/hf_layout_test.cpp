@@ -12,7 +12,7 @@
 #include "layers/models/builder.hpp"
 #include "partition/model_spec.hpp"
 
-namespace cleave::hf {
+namespace cleave::hf::hf_layout_test {
 namespace {
 
 // Parameters on host memory: the test runs without a run's memory cap.
@@ -140,4 +140,4 @@ TEST(HfLayout, TransposeMovesEveryElementAndBack) {
 }
 
 }  // namespace
-}  // namespace cleave::hf
+}  // namespace cleave::hf::hf_layout_test

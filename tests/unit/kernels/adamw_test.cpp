@@ -15,7 +15,7 @@
 #include "kernel_test_util.hpp"
 #include "support/isa_paths.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::adamw_test {
 namespace {
 
 TEST(KernelAdamW, MatchesDoubleReferenceOverSteps) {
@@ -155,4 +155,4 @@ TEST(KernelAdamW, RejectsBadArguments) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::adamw_test

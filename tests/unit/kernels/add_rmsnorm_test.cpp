@@ -19,7 +19,7 @@
 #include "support/isa_paths.hpp"
 #include "kernels/cpu/elementwise.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::add_rmsnorm_test {
 namespace {
 
 constexpr float kEps = 1e-5f;
@@ -150,4 +150,4 @@ TEST(KernelAddRmsNorm, OneAndTwoThreadsGiveTheSameBits) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::add_rmsnorm_test

@@ -11,7 +11,7 @@
 
 #include "kernel_test_util.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::attention_test {
 namespace {
 
 struct Shape {
@@ -121,4 +121,4 @@ INSTANTIATE_TEST_SUITE_P(Kernels, KernelAttention,
                                            std::make_tuple(1, 13, 2, 16), std::make_tuple(2, 65, 2, 64)));
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::attention_test

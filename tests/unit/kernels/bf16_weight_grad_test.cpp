@@ -14,7 +14,7 @@
 #include "kernels/cpu/rmsnorm.hpp"
 #include "support/isa_paths.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::bf16_weight_grad_test {
 namespace {
 
 struct Shape {
@@ -66,4 +66,4 @@ TEST(KernelBf16WeightGradients, RowSegmentsGiveTheWidenedF32Bits) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::bf16_weight_grad_test

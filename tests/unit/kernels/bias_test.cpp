@@ -17,7 +17,7 @@
 #include "kernels/cpu/parallel.hpp"
 #include "support/isa_paths.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::bias_test {
 namespace {
 
 TEST(KernelBias, ForwardAddsBiasToEveryRow) {
@@ -149,4 +149,4 @@ TEST(KernelBias, TeamSharedBlocksGiveTheRowOrderBitsOverManyBinades) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::bias_test

@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::blas_coretype_test {
 namespace {
 
 constexpr const char* kDebian0321 = "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY Prescott MAX_THREADS=64";
@@ -213,4 +213,4 @@ TEST(BlasCoretype, LevelsAndVersions) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::blas_coretype_test

@@ -7,7 +7,7 @@
 
 #include "engine/core/error.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::blas_runtime_test {
 namespace {
 
 TEST(KernelBlasRuntime, ThreadsRoundTrip) {
@@ -40,4 +40,4 @@ TEST(KernelBlasRuntime, DescribesItself) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::blas_runtime_test

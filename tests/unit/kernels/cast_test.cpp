@@ -19,7 +19,7 @@
 #include "kernel_test_util.hpp"
 #include "support/isa_paths.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::cast_test {
 namespace {
 
 // The nearest bf16 (8 significand bits) to x, ties to even, found in double arithmetic: the two bf16
@@ -186,4 +186,4 @@ TEST(KernelCast, RowsNarrowAsTheReferenceOnEveryPathAndThreadCount) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::cast_test

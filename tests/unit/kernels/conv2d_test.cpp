@@ -10,7 +10,7 @@
 
 #include "kernel_test_util.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::conv2d_test {
 namespace {
 
 struct Ref {
@@ -139,4 +139,4 @@ TEST(KernelConv2dShape, BadShapesThrow) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::conv2d_test

@@ -15,7 +15,7 @@
 #include "kernel_test_util.hpp"
 #include "support/isa_paths.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::cross_entropy_test {
 namespace {
 
 std::vector<int32_t> make_targets(int64_t rows, int64_t classes, uint64_t seed) {
@@ -223,4 +223,4 @@ TEST(KernelCrossEntropy, OutOfRangeTargetsThrowWithDetails) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::cross_entropy_test

@@ -16,7 +16,7 @@
 #include "kernel_test_util.hpp"
 #include "support/isa_paths.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::elementwise_test {
 namespace {
 
 TEST(KernelElementwise, AddFamily) {
@@ -156,4 +156,4 @@ TEST(KernelElementwise, SumSquaresExactManyGivesThePerTensorDigits) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::elementwise_test

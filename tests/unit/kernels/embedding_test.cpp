@@ -7,7 +7,7 @@
 
 #include "kernel_test_util.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::embedding_test {
 namespace {
 
 TEST(KernelEmbedding, ForwardGathersRows) {
@@ -82,4 +82,4 @@ TEST(KernelEmbedding, PositionForwardAndBackward) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::embedding_test

@@ -18,7 +18,7 @@
 #include "kernels/cpu/flash_attention_rows.hpp"
 #include "kernels/cpu/vector_isa.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::flash_attention_dots_test {
 namespace {
 
 using flash_dots::DotIsa;
@@ -176,4 +176,4 @@ TEST(FlashAttentionDots, BestPathIsAvailable) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::flash_attention_dots_test

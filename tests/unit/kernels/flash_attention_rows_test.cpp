@@ -14,7 +14,7 @@
 #include "kernel_test_util.hpp"
 #include "support/isa_paths.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::flash_attention_rows_test {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -218,4 +218,4 @@ TEST(FlashAttentionRows, SoftmaxUpdateMatchesDoubleReference) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::flash_attention_rows_test

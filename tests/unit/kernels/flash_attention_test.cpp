@@ -18,7 +18,7 @@
 
 #include "kernel_test_util.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::flash_attention_test {
 namespace {
 
 using test::expect_close;
@@ -615,4 +615,4 @@ TEST(FlashAttention, MergeWithAnEmptySide) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::flash_attention_test

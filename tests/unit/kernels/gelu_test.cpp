@@ -18,7 +18,7 @@
 #include "kernel_test_util.hpp"
 #include "support/isa_paths.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::gelu_test {
 namespace {
 
 double gelu_ref(double x) {
@@ -204,4 +204,4 @@ TEST(KernelGelu, EveryIsaPathGivesTheSameBits) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::gelu_test

@@ -21,7 +21,7 @@
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/onednn_matmuls.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::gemm_backends_test {
 namespace {
 
 using test::expect_close;
@@ -290,4 +290,4 @@ TEST(GemmBackend, Bf16OnALibraryWithoutBf16KernelsIsRefused) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::gemm_backends_test

@@ -19,7 +19,7 @@
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/onednn_matmuls.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::gemm_bf16_bias_test {
 namespace {
 
 #define SKIP_UNLESS_BF16_ONEDNN()                                                                         \
@@ -210,4 +210,4 @@ TEST(KernelGemmBf16Bias, BatchedAddsTheBiasToEveryEntryAndKZeroGivesTheBias) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::gemm_bf16_bias_test

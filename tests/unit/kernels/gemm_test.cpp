@@ -15,7 +15,7 @@
 #include "kernel_test_util.hpp"
 #include "kernels/cpu/blas_runtime.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::gemm_test {
 namespace {
 
 using test::expect_close;
@@ -306,4 +306,4 @@ TEST(KernelGemm, StridedBatchedInterleavedHeadColumns) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::gemm_test

@@ -13,7 +13,7 @@
 
 #include "engine/core/error.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::kernel_scratch_test {
 namespace {
 
 bool aligned64(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 64 == 0; }
@@ -93,4 +93,4 @@ TEST(KernelScratch, ScratchForUsesTheGivenOneOutsideParallelRegions) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::kernel_scratch_test

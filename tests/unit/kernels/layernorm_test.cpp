@@ -18,7 +18,7 @@
 #include "kernels/cpu/parallel.hpp"
 #include "support/isa_paths.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::layernorm_test {
 namespace {
 
 constexpr float kEps = 1e-5f;
@@ -336,4 +336,4 @@ TEST(KernelLayerNormWeight, TeamSharedBlocksGiveTheRowOrderBitsOverManyBinades) 
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::layernorm_test

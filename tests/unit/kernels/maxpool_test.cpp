@@ -8,7 +8,7 @@
 
 #include "kernel_test_util.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::maxpool_test {
 namespace {
 
 using PoolShape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;  // N C H W window stride
@@ -66,4 +66,4 @@ TEST(KernelMaxPoolTies, WindowLargerThanInputThrows) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::maxpool_test

@@ -23,7 +23,7 @@
 #include "unit/kernels/kernel_test_util.hpp"
 #include "support/isa_paths.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::moe_kernels_test {
 namespace {
 
 using test::l2_norm;
@@ -267,4 +267,4 @@ TEST(MoeKernels, AnIndexOutsideItsRangeIsNamed) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::moe_kernels_test

@@ -20,7 +20,7 @@
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/onednn_matmuls.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::onednn_matmuls_test {
 namespace {
 
 #define SKIP_UNLESS_ONEDNN()                                                                  \
@@ -183,4 +183,4 @@ TEST(OneDnnMatmuls, OneDnnWithoutItsStateIsRefused) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::onednn_matmuls_test

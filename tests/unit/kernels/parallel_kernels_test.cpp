@@ -28,7 +28,7 @@
 #include "kernels/cpu/softmax.hpp"
 #include "kernel_test_util.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::parallel_kernels_test {
 namespace {
 
 using Outputs = std::vector<std::vector<float>>;
@@ -201,4 +201,4 @@ TEST(ParallelKernels, OneThreadTwoThreadsAndInsideARegionGiveTheSameBits) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::parallel_kernels_test

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::parallel_loop_test {
 namespace {
 
 TEST(ParallelLoop, EveryIndexOnceOnBothBranches) {
@@ -55,4 +55,4 @@ TEST(ParallelLoop, SharesOutsideARegionAndStaysOnTheCallerInsideOne) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::parallel_loop_test

@@ -8,7 +8,7 @@
 
 #include "kernel_test_util.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::relu_test {
 namespace {
 
 TEST(KernelRelu, ForwardAndBackward) {
@@ -40,4 +40,4 @@ TEST(KernelRelu, GradientAtZeroIsZero) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::relu_test

@@ -17,7 +17,7 @@
 #include "kernels/cpu/parallel.hpp"
 #include "support/isa_paths.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::rmsnorm_test {
 namespace {
 
 constexpr float kEps = 1e-5f;
@@ -231,4 +231,4 @@ TEST(KernelRmsNormWeight, PathsAndThreadCountsGiveTheRowOrderBitsOverManyBinades
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::rmsnorm_test

@@ -17,7 +17,7 @@
 #include "kernel_test_util.hpp"
 #include "support/isa_paths.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::rope_test {
 namespace {
 
 struct Case {
@@ -311,4 +311,4 @@ TEST(KernelRope, AngleIsTheF32ProductOfInvFreqAndPosition) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::rope_test

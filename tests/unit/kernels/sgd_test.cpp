@@ -11,7 +11,7 @@
 #include "kernel_test_util.hpp"
 #include "support/isa_paths.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::sgd_test {
 namespace {
 
 struct Variant {
@@ -91,4 +91,4 @@ TEST(KernelSgd, ManyTensorsGiveThePerTensorBits) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::sgd_test

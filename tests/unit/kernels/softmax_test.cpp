@@ -8,7 +8,7 @@
 
 #include "kernel_test_util.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::softmax_test {
 namespace {
 
 std::vector<double> softmax_ref(const std::vector<float>& x, int64_t rows, int64_t cols) {
@@ -71,4 +71,4 @@ TEST(KernelSoftmax, BackwardMatchesAnalyticAndFiniteDifferences) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::softmax_test

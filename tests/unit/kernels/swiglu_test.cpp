@@ -12,7 +12,7 @@
 #include "kernel_test_util.hpp"
 #include "support/isa_paths.hpp"
 
-namespace cleave::kernels::cpu {
+namespace cleave::kernels::cpu::swiglu_test {
 namespace {
 
 double silu(double g) { return g / (1.0 + std::exp(-g)); }
@@ -112,4 +112,4 @@ TEST(KernelSwiglu, EveryIsaPathGivesTheSameBits) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu
+}  // namespace cleave::kernels::cpu::swiglu_test

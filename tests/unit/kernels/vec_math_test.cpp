@@ -10,7 +10,7 @@
 
 #include "kernel_test_util.hpp"
 
-namespace cleave::kernels::cpu::detail {
+namespace cleave::kernels::cpu::detail::vec_math_test {
 namespace {
 
 TEST(KernelVecMath, ExpRelativeError) {
@@ -74,4 +74,4 @@ TEST(KernelVecMath, TanhAbsoluteError) {
 }
 
 }  // namespace
-}  // namespace cleave::kernels::cpu::detail
+}  // namespace cleave::kernels::cpu::detail::vec_math_test

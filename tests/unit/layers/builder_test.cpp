@@ -13,7 +13,7 @@
 #include "layer_test_util.hpp"
 #include "partition/cost_model.hpp"
 
-namespace cleave::layers {
+namespace cleave::layers::builder_test {
 namespace {
 
 BuildOptions seeded(std::uint64_t seed) {
@@ -232,4 +232,4 @@ TEST(Builder, WholeMlpAndCnnGradients) {
 }
 
 }  // namespace
-}  // namespace cleave::layers
+}  // namespace cleave::layers::builder_test

@@ -21,7 +21,7 @@
 #include "layers/transformer_block.hpp"
 #include "layer_test_util.hpp"
 
-namespace cleave::layers {
+namespace cleave::layers::gradient_test {
 namespace {
 
 using testing::check_gradients;
@@ -240,4 +240,4 @@ TEST(LayerGradients, SoftmaxCrossEntropyNeedsTargets) {
 }
 
 }  // namespace
-}  // namespace cleave::layers
+}  // namespace cleave::layers::gradient_test

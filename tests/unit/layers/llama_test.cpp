@@ -16,7 +16,7 @@
 #include "layers/recomputed.hpp"
 #include "layer_test_util.hpp"
 
-namespace cleave::layers {
+namespace cleave::layers::llama_test {
 namespace {
 
 using testing::check_gradients;
@@ -260,4 +260,4 @@ TEST(LlamaBlock, RecomputationIsBitIdenticalInTheZeroBubbleOrder) {
 }
 
 }  // namespace
-}  // namespace cleave::layers
+}  // namespace cleave::layers::llama_test

@@ -17,7 +17,7 @@
 #include "layers/moe/router.hpp"
 #include "partition/ep_costs.hpp"
 
-namespace cleave::layers {
+namespace cleave::layers::moe_forced_routing_test {
 namespace {
 
 using partition::ForcedRouting;
@@ -121,4 +121,4 @@ TEST(MoeForcedRouting, BadWorkloadsNameTheKey) {
 }
 
 }  // namespace
-}  // namespace cleave::layers
+}  // namespace cleave::layers::moe_forced_routing_test

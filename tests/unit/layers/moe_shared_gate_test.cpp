@@ -18,7 +18,7 @@
 #include "layer_test_util.hpp"
 #include "moe_test_util.hpp"
 
-namespace cleave::layers {
+namespace cleave::layers::moe_shared_gate_test {
 namespace {
 
 using testing::random_tensor;
@@ -274,4 +274,4 @@ TEST(MoeHostWaits, PerLayerAndMicroBatch) {
 }
 
 }  // namespace
-}  // namespace cleave::layers
+}  // namespace cleave::layers::moe_shared_gate_test

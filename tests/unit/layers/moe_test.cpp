@@ -22,7 +22,7 @@
 #include "layer_test_util.hpp"
 #include "moe_test_util.hpp"
 
-namespace cleave::layers {
+namespace cleave::layers::moe_test {
 namespace {
 
 using partition::RouterKind;
@@ -570,4 +570,4 @@ TEST(MoeBlock, ParameterNamesAndShapes) {
 }
 
 }  // namespace
-}  // namespace cleave::layers
+}  // namespace cleave::layers::moe_test

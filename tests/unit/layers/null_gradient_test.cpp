@@ -13,7 +13,7 @@
 #include "partition/families/family.hpp"
 #include "partition/model_spec.hpp"
 
-namespace cleave::layers {
+namespace cleave::layers::null_gradient_test {
 namespace {
 
 using testing::random_tensor;
@@ -83,4 +83,4 @@ TEST(NullGradients, RotaryFamiliesDeclareNone) {
 }
 
 }  // namespace
-}  // namespace cleave::layers
+}  // namespace cleave::layers::null_gradient_test

@@ -15,7 +15,7 @@
 #include "partition/cost_model.hpp"
 #include "partition/families/moe.hpp"
 
-namespace cleave::layers {
+namespace cleave::layers::semantics_test {
 namespace {
 
 using testing::grad_copy;
@@ -300,4 +300,4 @@ TEST(LayerContract, IntermediatesComeFromTheContextAllocatorAndAreReleased) {
 }
 
 }  // namespace
-}  // namespace cleave::layers
+}  // namespace cleave::layers::semantics_test

@@ -17,7 +17,7 @@
 #include "layers/parallel/tp_layout.hpp"
 #include "layers/param_init.hpp"
 
-namespace cleave::layers {
+namespace cleave::layers::shard_test {
 namespace {
 
 using testing::on_host;
@@ -382,4 +382,4 @@ TEST(TpLayout, LlamaSequenceShards) {
 }
 
 }  // namespace
-}  // namespace cleave::layers
+}  // namespace cleave::layers::shard_test

@@ -10,7 +10,7 @@
 #include "engine/core/tensor.hpp"
 #include "layers/layer.hpp"
 
-namespace cleave::layers {
+namespace cleave::layers::stash_test {
 namespace {
 
 // What a RecordingWork saw: whether it completed, and whether its buffer was alive at that moment.
@@ -116,4 +116,4 @@ TEST(Stash, ResetCompletesTheExchangeBeforeReleasingItsBuffer) {
 }
 
 }  // namespace
-}  // namespace cleave::layers
+}  // namespace cleave::layers::stash_test

@@ -15,7 +15,7 @@
 #include "unit/kernels/kernel_test_util.hpp"
 #include "unit/ops/ops_test_util.hpp"
 
-namespace cleave::ops {
+namespace cleave::ops::add_rmsnorm_ops_test {
 namespace {
 
 using cleave::kernels::test::random_floats;
@@ -116,4 +116,4 @@ TEST(OpsAddRmsNormChecks, ArgumentErrorsNameTheOp) {
 }
 
 }  // namespace
-}  // namespace cleave::ops
+}  // namespace cleave::ops::add_rmsnorm_ops_test

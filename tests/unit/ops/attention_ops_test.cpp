@@ -17,7 +17,7 @@
 #include "unit/kernels/kernel_test_util.hpp"
 #include "unit/ops/ops_test_util.hpp"
 
-namespace cleave::ops {
+namespace cleave::ops::attention_ops_test {
 namespace {
 
 using cleave::kernels::test::random_floats;
@@ -274,4 +274,4 @@ TEST(OpsAttention, BadArgumentsNameTheOpAndTheNumbers) {
 }
 
 }  // namespace
-}  // namespace cleave::ops
+}  // namespace cleave::ops::attention_ops_test

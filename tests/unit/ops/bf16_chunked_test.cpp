@@ -17,7 +17,7 @@
 #include "unit/kernels/kernel_test_util.hpp"
 #include "unit/ops/ops_test_util.hpp"
 
-namespace cleave::ops {
+namespace cleave::ops::bf16_chunked_test {
 namespace {
 
 using cleave::kernels::test::random_floats_spanning_binades;
@@ -200,4 +200,4 @@ TEST_P(OpsBf16Chunked, LinearForwardAddsTheBiasInF32AndRoundsOnce) {
 INSTANTIATE_TEST_SUITE_P(Threads, OpsBf16Chunked, ::testing::Values(1, 2));
 
 }  // namespace
-}  // namespace cleave::ops
+}  // namespace cleave::ops::bf16_chunked_test

@@ -17,7 +17,7 @@
 #include "unit/kernels/kernel_test_util.hpp"
 #include "unit/ops/ops_test_util.hpp"
 
-namespace cleave::ops::test {
+namespace cleave::ops::test::copy_3d_test {
 namespace {
 
 using cleave::kernels::test::random_floats;
@@ -198,4 +198,4 @@ TEST(Copy3d, RefusesBadShapesBeforeWriting) {
 }
 
 }  // namespace
-}  // namespace cleave::ops::test
+}  // namespace cleave::ops::test::copy_3d_test

@@ -12,7 +12,7 @@
 #include "kernels/ops/ops.hpp"
 #include "unit/kernels/kernel_test_util.hpp"
 
-namespace cleave::ops {
+namespace cleave::ops::cpu_blas_test {
 namespace {
 
 using cleave::kernels::test::random_floats;
@@ -175,4 +175,4 @@ INSTANTIATE_TEST_SUITE_P(Libraries, CpuBlasGemm,
                          [](const auto& info) { return std::string(enum_name(info.param)); });
 
 }  // namespace
-}  // namespace cleave::ops
+}  // namespace cleave::ops::cpu_blas_test

@@ -23,7 +23,7 @@
 #include "kernels/ops/ops.hpp"
 #include "unit/kernels/kernel_test_util.hpp"
 
-namespace cleave::ops {
+namespace cleave::ops::cpu_resources_test {
 namespace {
 
 using cleave::kernels::test::random_floats;
@@ -204,4 +204,4 @@ TEST(CpuResources, AnotherDevicesResourcesAreRefused) {
 }
 
 }  // namespace
-}  // namespace cleave::ops
+}  // namespace cleave::ops::cpu_resources_test

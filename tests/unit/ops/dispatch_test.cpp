@@ -8,7 +8,7 @@
 #include "kernels/ops/ops.hpp"
 #include "unit/ops/ops_test_util.hpp"
 
-namespace cleave::ops {
+namespace cleave::ops::dispatch_test {
 namespace {
 
 using test::message_of;
@@ -75,4 +75,4 @@ TEST(OpsDispatch, ShapeAndDtypeErrorsNameTheOpAndTensors) {
 }
 
 }  // namespace
-}  // namespace cleave::ops
+}  // namespace cleave::ops::dispatch_test

@@ -11,7 +11,7 @@
 #include "engine/core/error.hpp"
 #include "kernels/ops/ops.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::event_test {
 namespace {
 
 TEST(OpsEvent, CpuEventsMeasureTheHostClockBetweenRecords) {
@@ -80,4 +80,4 @@ TEST(OpsDevice, DescribesTheCpuAndRefusesAnInvisibleDevice) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::event_test

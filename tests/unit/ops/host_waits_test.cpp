@@ -13,7 +13,7 @@
 #include "kernels/ops/host_waits.hpp"
 #include "kernels/ops/ops.hpp"
 
-namespace cleave::ops {
+namespace cleave::ops::host_waits_test {
 namespace {
 
 Tensor floats(const std::vector<float>& values) {
@@ -102,4 +102,4 @@ TEST(HostWaits, CountingIsTheSeamsForAnyBackendTable) {
 }
 
 }  // namespace
-}  // namespace cleave::ops
+}  // namespace cleave::ops::host_waits_test

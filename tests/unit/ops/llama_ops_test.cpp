@@ -7,7 +7,7 @@
 #include "unit/kernels/kernel_test_util.hpp"
 #include "unit/ops/ops_test_util.hpp"
 
-namespace cleave::ops {
+namespace cleave::ops::llama_ops_test {
 namespace {
 
 using cleave::kernels::test::random_floats;
@@ -83,4 +83,4 @@ TEST(OpsLlama, RopeRefusesKvHeadsThatDoNotDivide) {
 }
 
 }  // namespace
-}  // namespace cleave::ops
+}  // namespace cleave::ops::llama_ops_test

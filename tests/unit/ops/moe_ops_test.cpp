@@ -21,7 +21,7 @@
 #include "kernels/ops/ops.hpp"
 #include "unit/kernels/kernel_test_util.hpp"
 
-namespace cleave::ops {
+namespace cleave::ops::moe_ops_test {
 namespace {
 
 Tensor random(const Shape& shape, std::uint64_t seed) {
@@ -326,4 +326,4 @@ TEST(MoeOps, GatherCombineAndWeightGrad) {
 }
 
 }  // namespace
-}  // namespace cleave::ops
+}  // namespace cleave::ops::moe_ops_test

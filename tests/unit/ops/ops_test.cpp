@@ -17,7 +17,7 @@
 #include "unit/kernels/kernel_test_util.hpp"
 #include "unit/ops/ops_test_util.hpp"
 
-namespace cleave::ops {
+namespace cleave::ops::ops_test {
 namespace {
 
 using cleave::kernels::test::random_floats;
@@ -255,4 +255,4 @@ TEST(OpsScale, ManyEqualsEachTensorInTurn) {
 }
 
 }  // namespace
-}  // namespace cleave::ops
+}  // namespace cleave::ops::ops_test

@@ -17,7 +17,7 @@
 #include "kernels/ops/ops.hpp"
 #include "unit/ops/ops_test_util.hpp"
 
-namespace cleave::ops {
+namespace cleave::ops::sum_squares_exact_test {
 namespace {
 
 using kernels::ExactSquareSum;
@@ -133,4 +133,4 @@ TEST(OpsSumSquaresExact, RefusesATensorOnAnotherDevice) {
 }
 
 }  // namespace
-}  // namespace cleave::ops
+}  // namespace cleave::ops::sum_squares_exact_test

@@ -10,7 +10,7 @@
 #include "kernels/ops/ops.hpp"
 #include "unit/ops/ops_test_util.hpp"
 
-namespace cleave::ops {
+namespace cleave::ops::sum_squares_many_test {
 namespace {
 
 TEST(OpsSumSquaresMany, EqualsTheOrderedLoopBitForBit) {
@@ -44,4 +44,4 @@ TEST(OpsSumSquaresMany, RefusesATensorOnAnotherDevice) {
 }
 
 }  // namespace
-}  // namespace cleave::ops
+}  // namespace cleave::ops::sum_squares_many_test

@@ -6,7 +6,7 @@
 #include "engine/core/rng.hpp"
 #include "engine/optim/grad_clip.hpp"
 
-namespace cleave::optim {
+namespace cleave::optim::grad_clip_test {
 namespace {
 
 std::shared_ptr<layers::Param> param_with_grad(const std::string& name, std::int64_t n, std::uint64_t seed) {
@@ -67,4 +67,4 @@ TEST(GradNorm, ClipScalesToMaxNorm) {
 }
 
 }  // namespace
-}  // namespace cleave::optim
+}  // namespace cleave::optim::grad_clip_test

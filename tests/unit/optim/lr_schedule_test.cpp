@@ -6,7 +6,7 @@
 
 #include "engine/optim/lr_schedule.hpp"
 
-namespace cleave::optim {
+namespace cleave::optim::lr_schedule_test {
 namespace {
 
 TEST(LrSchedule, WarmupThenCosine) {
@@ -48,4 +48,4 @@ TEST(LrSchedule, FromConfig) {
 }
 
 }  // namespace
-}  // namespace cleave::optim
+}  // namespace cleave::optim::lr_schedule_test

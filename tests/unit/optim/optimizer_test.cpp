@@ -12,7 +12,7 @@
 #include "engine/optim/optimizer.hpp"
 #include "engine/optim/optimizer_factory.hpp"
 
-namespace cleave::optim {
+namespace cleave::optim::optimizer_test {
 namespace {
 
 std::shared_ptr<layers::Param> random_param(const std::string& name, const Shape& shape, bool weight_decay,
@@ -221,4 +221,4 @@ TEST(Optimizer, RejectsNonF32Params) {
 }
 
 }  // namespace
-}  // namespace cleave::optim
+}  // namespace cleave::optim::optimizer_test

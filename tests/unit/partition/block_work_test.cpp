@@ -6,7 +6,7 @@
 
 #include "partition/block_work.hpp"
 
-namespace cleave::partition {
+namespace cleave::partition::block_work_test {
 namespace {
 
 ModelSpec gpt(std::int64_t d, std::int64_t heads, std::int64_t t, std::int64_t vocab) {
@@ -75,9 +75,9 @@ TEST(BlockWork, RecomputationAddsTheRerunToInputGrad) {
 }
 
 }  // namespace
-}  // namespace cleave::partition
+}  // namespace cleave::partition::block_work_test
 
-namespace cleave::partition {
+namespace cleave::partition::block_work_test {
 namespace {
 
 // Llama block (grouped-query, K = Hkv·hd): q and o 2TD² each, k and v 2TDK each, gate, up and down 2TDF each,
@@ -318,4 +318,4 @@ TEST(BlockWork, SequenceParallelShardsTheResidualStreamsOps) {
 }
 
 }  // namespace
-}  // namespace cleave::partition
+}  // namespace cleave::partition::block_work_test

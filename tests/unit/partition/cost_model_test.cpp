@@ -8,7 +8,7 @@
 #include "partition/cost_model.hpp"
 #include "partition/families/llama.hpp"
 
-namespace cleave::partition {
+namespace cleave::partition::cost_model_test {
 namespace {
 
 ModelSpec tiny_gpt(bool tied = true) {
@@ -140,9 +140,9 @@ TEST(CostModel, MlpAndCnn) {
 }
 
 }  // namespace
-}  // namespace cleave::partition
+}  // namespace cleave::partition::cost_model_test
 
-namespace cleave::partition {
+namespace cleave::partition::cost_model_test {
 namespace {
 
 // Sequence parallelism, tiny gpt at tp 2 (T = 4, D = 8, F = 32, H = 2, f32): hand-computed per sample.
@@ -219,4 +219,4 @@ TEST(CostModel, LlamaEmbeddingCountsItsTokensFromTheIds) {
 }
 
 }  // namespace
-}  // namespace cleave::partition
+}  // namespace cleave::partition::cost_model_test

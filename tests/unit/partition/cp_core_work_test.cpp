@@ -7,7 +7,7 @@
 #include "partition/cost_parts.hpp"
 #include "partition/cp_core_work.hpp"
 
-namespace cleave::partition {
+namespace cleave::partition::cp_core_work_test {
 namespace {
 
 BlockSpec block() {
@@ -169,4 +169,4 @@ TEST(CpCoreWork, ChunkPairsUnderASlidingWindowMatchABruteForceCount) {
 }
 
 }  // namespace
-}  // namespace cleave::partition
+}  // namespace cleave::partition::cp_core_work_test

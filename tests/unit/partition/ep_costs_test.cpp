@@ -14,7 +14,7 @@
 #include "partition/ep_costs.hpp"
 #include "partition/families/moe.hpp"
 
-namespace cleave::partition {
+namespace cleave::partition::ep_costs_test {
 namespace {
 
 TEST(EpCosts, TrafficOfAKnownRouting) {
@@ -196,4 +196,4 @@ TEST(EpCosts, ExpertParametersAndRows) {
 }
 
 }  // namespace
-}  // namespace cleave::partition
+}  // namespace cleave::partition::ep_costs_test

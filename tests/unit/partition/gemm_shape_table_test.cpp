@@ -9,7 +9,7 @@
 #include "engine/core/error.hpp"
 #include "partition/gemm_shape_table.hpp"
 
-namespace cleave::partition {
+namespace cleave::partition::gemm_shape_table_test {
 namespace {
 
 // A 2 x 2 x 2 grid over m, n in {1024, 4096}, k in {512, 2048}, fraction = 0.1 + 0.4 [m big] + 0.2 [n big] + 0.1 [k big]:
@@ -77,4 +77,4 @@ TEST(GemmShapeTable, NotAFullGridIsRefusedByName) {
 }
 
 }  // namespace
-}  // namespace cleave::partition
+}  // namespace cleave::partition::gemm_shape_table_test

@@ -8,7 +8,7 @@
 #include "partition/model_spec.hpp"
 #include "partition/tp_rules.hpp"
 
-namespace cleave::partition {
+namespace cleave::partition::model_spec_test {
 namespace {
 
 std::string error_of(auto&& fn) {
@@ -298,4 +298,4 @@ TEST(ModelSpec, BlockKindNames) {
 }
 
 }  // namespace
-}  // namespace cleave::partition
+}  // namespace cleave::partition::model_spec_test

@@ -15,7 +15,7 @@
 #include "partition/hardware_profile.hpp"
 #include "partition/model_spec.hpp"
 
-namespace cleave::partition {
+namespace cleave::partition::moe_expert_work_test {
 namespace {
 
 HardwareProfile h100() { return load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/h100_sxm.json"); }
@@ -246,4 +246,4 @@ TEST(MoeRoutingWork, GatherAndCombineBytesByHand) {
 }
 
 }  // namespace
-}  // namespace cleave::partition
+}  // namespace cleave::partition::moe_expert_work_test

@@ -7,7 +7,7 @@
 #include "partition/cost_model.hpp"
 #include "partition/model_spec.hpp"
 
-namespace cleave::partition {
+namespace cleave::partition::moe_spec_test {
 namespace {
 
 MoeConfig tiny() {
@@ -65,4 +65,4 @@ TEST(MoeSpec, BadSizesNameTheKey) {
 }
 
 }  // namespace
-}  // namespace cleave::partition
+}  // namespace cleave::partition::moe_spec_test

@@ -14,7 +14,7 @@
 #include "engine/core/error.hpp"
 #include "partition/stage_partitioner.hpp"
 
-namespace cleave::partition {
+namespace cleave::partition::stage_partitioner_test {
 namespace {
 
 std::string error_of(const std::function<void()>& f) {
@@ -225,4 +225,4 @@ TEST(StagePlacement, LoopedAndVShaped) {
 }
 
 }  // namespace
-}  // namespace cleave::partition
+}  // namespace cleave::partition::stage_partitioner_test

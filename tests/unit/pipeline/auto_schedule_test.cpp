@@ -24,7 +24,7 @@
 #include "pipeline/simulator.hpp"
 #include "pipeline/validator.hpp"
 
-namespace cleave::pipeline {
+namespace cleave::pipeline::auto_schedule_test {
 namespace {
 
 constexpr double kExact = 1e-9;
@@ -197,4 +197,4 @@ TEST(AutoSchedule, LighterStashesAfterInputHoldMoreDeferredWeights) {
 }
 
 }  // namespace
-}  // namespace cleave::pipeline
+}  // namespace cleave::pipeline::auto_schedule_test

@@ -10,7 +10,7 @@
 #include "engine/core/error.hpp"
 #include "pipeline/event_timeline.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::event_timeline_test {
 namespace {
 
 double host_now_us() {
@@ -59,4 +59,4 @@ TEST(EventTimeline, MisuseIsRefused) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::event_timeline_test

@@ -27,7 +27,7 @@
 #include "pipeline/simulator.hpp"
 #include "pipeline/validator.hpp"
 
-namespace cleave::pipeline {
+namespace cleave::pipeline::generators_test {
 namespace {
 
 constexpr double kExact = 1e-12;
@@ -357,4 +357,4 @@ TEST(Generators, RegistryRejectsImpossibleCombinations) {
 }
 
 }  // namespace
-}  // namespace cleave::pipeline
+}  // namespace cleave::pipeline::generators_test

@@ -12,7 +12,7 @@
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/validator.hpp"
 
-namespace cleave::pipeline {
+namespace cleave::pipeline::lowering_test {
 namespace {
 
 std::string rank_line(const Schedule& s, int r) {
@@ -113,4 +113,4 @@ TEST(Lowering, RejectsInvalidOrAlreadyLoweredInput) {
 }
 
 }  // namespace
-}  // namespace cleave::pipeline
+}  // namespace cleave::pipeline::lowering_test

@@ -13,7 +13,7 @@
 #include "pipeline/stage_module.hpp"
 #include "tests/reference/sum_tree_reference.hpp"
 
-namespace cleave::pipeline {
+namespace cleave::pipeline::ordered_grad_accumulator_test {
 namespace {
 
 
@@ -150,4 +150,4 @@ TEST(OrderedGradAccumulator, OutOfOrderOrUnfinishedMicrobatchesAreBugs) {
 }
 
 }  // namespace
-}  // namespace cleave::pipeline
+}  // namespace cleave::pipeline::ordered_grad_accumulator_test

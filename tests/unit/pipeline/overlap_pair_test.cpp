@@ -13,7 +13,7 @@
 
 #include "pipeline/overlap_pair.hpp"
 
-namespace cleave::pipeline {
+namespace cleave::pipeline::overlap_pair_test {
 namespace {
 
 // A Work that notes its wait in the log.
@@ -130,4 +130,4 @@ TEST(OverlapPair, AWaitOutsideAPairIsAPlainWaitAndCountsNoHandOff) {
 }
 
 }  // namespace
-}  // namespace cleave::pipeline
+}  // namespace cleave::pipeline::overlap_pair_test

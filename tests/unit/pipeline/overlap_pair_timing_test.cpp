@@ -12,7 +12,7 @@
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/simulator.hpp"
 
-namespace cleave::pipeline {
+namespace cleave::pipeline::overlap_pair_timing_test {
 namespace {
 
 double sum(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); }
@@ -138,4 +138,4 @@ TEST(OverlapPairTiming, TheSimulatorBooksEachPairAsTheBatonTimesIt) {
 }
 
 }  // namespace
-}  // namespace cleave::pipeline
+}  // namespace cleave::pipeline::overlap_pair_timing_test

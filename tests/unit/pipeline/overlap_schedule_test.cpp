@@ -17,7 +17,7 @@
 #include "pipeline/simulator.hpp"
 #include "pipeline/validator.hpp"
 
-namespace cleave::pipeline {
+namespace cleave::pipeline::overlap_schedule_test {
 namespace {
 
 // Each (stage, micro-batch)'s actions on a rank in list order, by kind token.
@@ -121,4 +121,4 @@ TEST(OverlapSimulation, APairIsBookedBackToBackWithTheHiddenPartByHand) {
 }
 
 }  // namespace
-}  // namespace cleave::pipeline
+}  // namespace cleave::pipeline::overlap_schedule_test

@@ -15,7 +15,7 @@
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/validator.hpp"
 
-namespace cleave::pipeline {
+namespace cleave::pipeline::p2p_posting_test {
 namespace {
 
 std::vector<Action> actions_of(const std::string& tokens) {
@@ -112,4 +112,4 @@ TEST(P2PPosting, BackwardMessagesCountInTheSamePairStream) {
 }
 
 }  // namespace
-}  // namespace cleave::pipeline
+}  // namespace cleave::pipeline::p2p_posting_test

@@ -26,7 +26,7 @@
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/simulator.hpp"
 
-namespace cleave::pipeline {
+namespace cleave::pipeline::paper_bubble_test {
 namespace {
 
 struct PaperRow {
@@ -130,4 +130,4 @@ TEST(PaperBubbleRates, AutomaticScheduleAtOneAndTwoPMemoryIsAtLeastTheHandcrafte
 }
 
 }  // namespace
-}  // namespace cleave::pipeline
+}  // namespace cleave::pipeline::paper_bubble_test

@@ -14,7 +14,7 @@
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/simulator.hpp"
 
-namespace cleave::pipeline {
+namespace cleave::pipeline::prepared_schedule_test {
 namespace {
 
 std::string error_of(const std::function<void()>& f) {
@@ -125,4 +125,4 @@ TEST(PreparedSchedule, RefusesAnInvalidScheduleWhenPreparedAndABadCostTableOnEve
 }
 
 }  // namespace
-}  // namespace cleave::pipeline
+}  // namespace cleave::pipeline::prepared_schedule_test

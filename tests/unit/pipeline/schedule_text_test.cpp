@@ -14,7 +14,7 @@
 #include "pipeline/schedule_text.hpp"
 #include "pipeline/schedules/schedules.hpp"
 
-namespace cleave::pipeline {
+namespace cleave::pipeline::schedule_text_test {
 namespace {
 
 std::string error_of(const std::function<void()>& f) {
@@ -170,4 +170,4 @@ TEST(ScheduleText, OverlappedPairsRoundTrip) {
 }
 
 }  // namespace
-}  // namespace cleave::pipeline
+}  // namespace cleave::pipeline::schedule_text_test

@@ -13,7 +13,7 @@
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/simulator.hpp"
 
-namespace cleave::pipeline {
+namespace cleave::pipeline::simulator_test {
 namespace {
 
 const TimedAction& find(const SimulationResult& sim, int rank, const std::string& token) {
@@ -305,4 +305,4 @@ TEST(Simulator, RejectsBadCostTables) {
 }
 
 }  // namespace
-}  // namespace cleave::pipeline
+}  // namespace cleave::pipeline::simulator_test

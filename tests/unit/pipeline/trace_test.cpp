@@ -14,7 +14,7 @@
 #include "pipeline/simulator.hpp"
 #include "pipeline/trace.hpp"
 
-namespace cleave::pipeline {
+namespace cleave::pipeline::trace_test {
 namespace {
 
 int occurrences(const std::string& text, const std::string& part) {
@@ -106,4 +106,4 @@ TEST(Trace, FilesAreWrittenAndBadPathsNamed) {
 }
 
 }  // namespace
-}  // namespace cleave::pipeline
+}  // namespace cleave::pipeline::trace_test

@@ -11,7 +11,7 @@
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/validator.hpp"
 
-namespace cleave::pipeline {
+namespace cleave::pipeline::validator_test {
 namespace {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -172,4 +172,4 @@ TEST(Validator, LongGridsShowTheRowsAroundTheMark) {
 }
 
 }  // namespace
-}  // namespace cleave::pipeline
+}  // namespace cleave::pipeline::validator_test

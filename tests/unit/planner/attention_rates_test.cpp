@@ -17,7 +17,7 @@
 #include "partition/hardware_profile.hpp"
 #include "partition/families/gpt.hpp"
 
-namespace cleave::partition {
+namespace cleave::partition::attention_rates_test {
 namespace {
 
 HardwareProfile h100() { return load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/h100_sxm.json"); }
@@ -202,4 +202,4 @@ TEST(AttentionRates, NamedKernelPricesEachPassAtItsOwnRate) {
 }
 
 }  // namespace
-}  // namespace cleave::partition
+}  // namespace cleave::partition::attention_rates_test

@@ -15,7 +15,7 @@
 #include "partition/measured_costs.hpp"
 #include "support/scratch_dir_test.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::auto_schedule_keys_test {
 namespace {
 
 constexpr const char* kTiny = R"({
@@ -82,4 +82,4 @@ TEST_F(AutoScheduleKeys, MeasuredProfileGivesItsOwnSchedule) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::auto_schedule_keys_test

@@ -7,7 +7,7 @@
 
 #include "engine/planner/profile_measure.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::cache_evictor_test {
 namespace {
 
 constexpr std::int64_t kMiB = 1 << 20;
@@ -27,4 +27,4 @@ TEST(CacheEvictor, UnknownCacheReads64MiBAndTheBoundsHold) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::cache_evictor_test

@@ -25,7 +25,7 @@
 #include "partition/cost_model.hpp"
 #include "partition/hardware_profile.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::compute_terms_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -304,4 +304,4 @@ TEST(ComputeTerms, Fsdp2CopyOutReadsAndWritesTheGatheredParametersBeforeFAndI) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::compute_terms_test

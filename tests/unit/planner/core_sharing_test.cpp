@@ -24,7 +24,7 @@
 #include "support/scratch_dir_test.hpp"
 #include "synthetic_profile.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::core_sharing_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -239,4 +239,4 @@ TEST_F(CoreSharing, ProfileFileKeepsCoresAndMeasuredRanks) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::core_sharing_test

@@ -18,7 +18,7 @@
 #include "partition/hardware_profile.hpp"
 #include "support/scratch_dir_test.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::cp_launch_test {
 namespace {
 
 // Blocks short enough that launches are a visible part of each pass on an H100.
@@ -138,4 +138,4 @@ TEST_F(CpLaunches, StoredProbabilitiesKeepTheirExtraLaunchesWhole) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::cp_launch_test

@@ -20,7 +20,7 @@
 #include "support/scratch_dir_test.hpp"
 #include "synthetic_profile.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::ep_imbalance_default_test {
 namespace {
 
 // D 32, F 64, E 8, k 2, two moe blocks; global batch 8 of micro-batch 1.
@@ -224,4 +224,4 @@ TEST_F(RoutingImbalanceProfile, PlansTakeTheProfilesFigureAtItsEpOnly) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::ep_imbalance_default_test

@@ -27,7 +27,7 @@
 #include "support/scratch_dir_test.hpp"
 #include "synthetic_profile.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::ep_plan_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -835,4 +835,4 @@ TEST_F(EpPlanSearch, ChoosesExpertParallelWhenExpertsDoNotFitOtherwise) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::ep_plan_test

@@ -33,7 +33,7 @@
 #include "partition/block_work.hpp"
 #include "support/scratch_dir_test.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::gemm_profile_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -325,4 +325,4 @@ TEST_F(GemmProfile, BadMeasuredKeysAreRefusedByName) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::gemm_profile_test

@@ -17,7 +17,7 @@
 #include "engine/run_plan/plan.hpp"
 #include "support/scratch_dir_test.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::host_pinned_plan_test {
 namespace {
 
 // 3 moe blocks, T 16, E 4, k 2, micro-batches of 2; device.type cpu (the default).
@@ -137,4 +137,4 @@ TEST(PlannedDevice, TheMemoryPlanIsTheDeviceThePlanRunsOn) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::host_pinned_plan_test

@@ -15,7 +15,7 @@
 #include "support/scratch_dir_test.hpp"
 #include "synthetic_profile.hpp"
 
-namespace cleave::partition {
+namespace cleave::partition::load_check_test {
 namespace {
 
 // Recorded: RESULTS-2026-12-01-r-profileload.md, profile A (no load of ours; the other helpers' load).
@@ -150,4 +150,4 @@ TEST_F(LoadCheckFile, ABadRecordIsRefusedByName) {
 }
 
 }  // namespace
-}  // namespace cleave::partition
+}  // namespace cleave::partition::load_check_test

@@ -25,7 +25,7 @@
 #include "partition/cost_model.hpp"
 #include "support/scratch_dir_test.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::measured_costs_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -577,4 +577,4 @@ TEST_F(MeasuredProfile, MeasurementTimesEveryBlockAtEachWidth) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::measured_costs_test

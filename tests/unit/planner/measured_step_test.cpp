@@ -21,7 +21,7 @@
 #include "pipeline/trace.hpp"
 #include "synthetic_profile.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::measured_step_test {
 namespace {
 
 using pipeline::ActionKind;
@@ -309,4 +309,4 @@ TEST(MeasuredStep, PredictedTermsByActionSumToTheBusyTerms) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::measured_step_test

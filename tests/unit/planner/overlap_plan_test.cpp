@@ -18,7 +18,7 @@
 #include "engine/planner/step_breakdown.hpp"
 #include "synthetic_profile.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::overlap_plan_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -110,4 +110,4 @@ TEST(OverlapPlan, OverlappedPairsOnSharedCoresHideNoStepTime) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::overlap_plan_test

@@ -13,7 +13,7 @@
 
 #include "engine/planner/plan_ranking.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::plan_ranking_test {
 namespace {
 
 std::vector<std::size_t> order(const std::vector<Placed>& placed) {
@@ -159,4 +159,4 @@ TEST(TrialSettled, NeedsTheMinimumRoundsAndEverySpreadUnderTheBound) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::plan_ranking_test

@@ -23,7 +23,7 @@
 #include "partition/families/gpt.hpp"
 #include "support/scratch_dir_test.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::plan_search_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -734,4 +734,4 @@ TEST(Link, RingAllReduceCost) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::plan_search_test

@@ -19,7 +19,7 @@
 #include "partition/hardware_profile.hpp"
 #include "support/scratch_dir_test.hpp"
 
-namespace cleave::partition {
+namespace cleave::partition::profile_sources_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -413,4 +413,4 @@ TEST(TreeAllReduce, TheFasterOfRingAndTreeBySizeAndNodeCount) {
 }
 
 }  // namespace
-}  // namespace cleave::partition
+}  // namespace cleave::partition::profile_sources_test

@@ -25,7 +25,7 @@
 #include "support/scratch_dir_test.hpp"
 #include "synthetic_profile.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::schedule_cache_test {
 namespace {
 
 constexpr const char* kTiny = R"({
@@ -252,4 +252,4 @@ TEST_F(ScheduleCache, AWorldNoLayoutCanUseIsRefusedBeforeTheSearchAndTheLargestU
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::schedule_cache_test

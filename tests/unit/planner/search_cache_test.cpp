@@ -21,7 +21,7 @@
 #include "support/scratch_dir_test.hpp"
 #include "synthetic_profile.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::search_cache_test {
 namespace {
 
 TEST(ExpectedMaxTable, GivesTheIntegralBitForBitAndIntegratesEachArgumentOnce) {
@@ -147,4 +147,4 @@ TEST_F(SearchCache, APlanOverTheCapIsKnownByItsMemoryAndNotPriced) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::search_cache_test

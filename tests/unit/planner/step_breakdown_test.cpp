@@ -23,7 +23,7 @@
 #include "support/scratch_dir_test.hpp"
 #include "synthetic_profile.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::step_breakdown_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -512,4 +512,4 @@ TEST_F(StepBreakdownTest, TableHasARowPerTermAndTheTotal) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::step_breakdown_test

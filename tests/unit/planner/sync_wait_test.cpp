@@ -7,7 +7,7 @@
 
 #include "engine/core/error.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::sync_wait_test {
 namespace {
 
 TEST(FitMeetingWait, RecoversBothPartsFromPointsOnALine) {
@@ -40,4 +40,4 @@ TEST(FitMeetingWait, NeedsTwoDistinctComputes) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::sync_wait_test

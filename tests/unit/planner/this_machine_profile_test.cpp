@@ -20,7 +20,7 @@
 #include "engine/run_plan/plan.hpp"
 #include "support/scratch_dir_test.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::this_machine_profile_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -89,4 +89,4 @@ TEST_F(ThisMachineProfile, NumberOrNoneElseRefusedNamingTheFix) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::this_machine_profile_test

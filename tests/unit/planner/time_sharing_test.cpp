@@ -26,7 +26,7 @@
 #include "engine/planner/step_terms.hpp"
 #include "support/scratch_dir_test.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::time_sharing_test {
 namespace {
 
 using partition::MeasuredCosts;
@@ -607,4 +607,4 @@ TEST_F(TimeSharing, TheKeyRoundTripsAndBadValuesAreRefusedByName) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::time_sharing_test

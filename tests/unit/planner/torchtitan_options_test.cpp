@@ -19,7 +19,7 @@
 #include "partition/block_work.hpp"
 #include "partition/hardware_profile.hpp"
 
-namespace cleave::planner {
+namespace cleave::planner::torchtitan_options_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -147,4 +147,4 @@ TEST(TorchRmsNorm, AddsTheUnfusedOpsBytesAndKernelsPerNorm) {
 }
 
 }  // namespace
-}  // namespace cleave::planner
+}  // namespace cleave::planner::torchtitan_options_test

@@ -15,7 +15,7 @@
 #include "engine/report/run_files.hpp"
 #include "engine/report/run_summary.hpp"
 
-namespace cleave::report {
+namespace cleave::report::html_report_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -390,9 +390,9 @@ TEST(HtmlReport, AReportPathThatIsADirectoryIsRefusedAndLeavesNothing) {
 }
 
 }  // namespace
-}  // namespace cleave::report
+}  // namespace cleave::report::html_report_test
 
-namespace cleave::report {
+namespace cleave::report::html_report_test {
 namespace {
 
 // A mixture-of-experts run (metrics.jsonl moe_* fields, engine/train/router_metrics.hpp): the "Expert load"
@@ -420,4 +420,4 @@ TEST(HtmlReport, ExpertLoadOfMixtureOfExpertsRuns) {
 }
 
 }  // namespace
-}  // namespace cleave::report
+}  // namespace cleave::report::html_report_test

@@ -12,7 +12,7 @@
 
 #include "engine/report/svg_chart.hpp"
 
-namespace cleave::report {
+namespace cleave::report::svg_chart_test {
 namespace {
 
 int count_matches(const std::string& text, const std::string& pattern) {
@@ -169,4 +169,4 @@ TEST(SvgChart, StackedBarsWithCap) {
 }
 
 }  // namespace
-}  // namespace cleave::report
+}  // namespace cleave::report::svg_chart_test

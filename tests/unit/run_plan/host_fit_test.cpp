@@ -15,7 +15,7 @@
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
 
-namespace cleave::run_plan {
+namespace cleave::run_plan::host_fit_test {
 namespace {
 
 constexpr std::int64_t kGiB = std::int64_t{1} << 30;
@@ -131,4 +131,4 @@ TEST(HostFit, OnCudaTheNeedIsThePageLockedHostMemory) {
 }
 
 }  // namespace
-}  // namespace cleave::run_plan
+}  // namespace cleave::run_plan::host_fit_test

@@ -13,7 +13,7 @@
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
 
-namespace cleave::run_plan {
+namespace cleave::run_plan::memory_plan_cp_test {
 namespace {
 
 // T 64, D 32: GPT with 4 heads (K = D), Llama with 8 query heads over 4 kv heads (hd 4, K = 16).
@@ -135,4 +135,4 @@ TEST(MemoryPlanCp, TheTotalHoldsTheExchangeOnlyInsideItsBlock) {
 }
 
 }  // namespace
-}  // namespace cleave::run_plan
+}  // namespace cleave::run_plan::memory_plan_cp_test

@@ -20,7 +20,7 @@
 #include "partition/families/moe.hpp"
 #include "partition/model_spec.hpp"
 
-namespace cleave::run_plan {
+namespace cleave::run_plan::memory_plan_cpu_test {
 namespace {
 
 config::RunConfig one_rank(const std::string& precision, std::int64_t micro) {
@@ -177,4 +177,4 @@ TEST(MemoryPlanCpu, WideningCoversAnExpertThatReceivesEveryToken) {
 }
 
 }  // namespace
-}  // namespace cleave::run_plan
+}  // namespace cleave::run_plan::memory_plan_cpu_test

@@ -20,7 +20,7 @@
 #include "engine/train/data/make_data_source.hpp"
 #include "partition/families/moe_staging.hpp"
 
-namespace cleave::run_plan {
+namespace cleave::run_plan::memory_plan_host_batches_test {
 namespace {
 
 config::RunConfig resolved(const std::string& model, int world, const std::vector<std::string>& overrides) {
@@ -129,4 +129,4 @@ TEST(MemoryPlanHostBatches, MoeStagingOnTopAndACudaDeviceOnly) {
 }
 
 }  // namespace
-}  // namespace cleave::run_plan
+}  // namespace cleave::run_plan::memory_plan_host_batches_test

@@ -17,7 +17,7 @@
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
 
-namespace cleave::run_plan {
+namespace cleave::run_plan::memory_plan_host_test {
 namespace {
 
 // 3 moe blocks, T 16, E 4, k 2, micro-batch 2, 4 micro-batches.
@@ -121,4 +121,4 @@ TEST(MemoryPlanHost, ReportedOnACudaDeviceOnlyAndNotInTheTotal) {
 }
 
 }  // namespace
-}  // namespace cleave::run_plan
+}  // namespace cleave::run_plan::memory_plan_host_test

@@ -17,7 +17,7 @@
 #include "partition/cost_model.hpp"
 #include "pipeline/timeline.hpp"
 
-namespace cleave::run_plan {
+namespace cleave::run_plan::memory_plan_test {
 namespace {
 
 config::RunConfig pp2(const std::string& schedule, const std::string& recompute) {
@@ -135,4 +135,4 @@ TEST(MemoryPlan, ZeroTwoPerStepTradesBucketsInOrderByHand) {
 }
 
 }  // namespace
-}  // namespace cleave::run_plan
+}  // namespace cleave::run_plan::memory_plan_test

@@ -26,7 +26,7 @@
 #include "partition/families/family.hpp"
 #include "partition/param_tensors.hpp"
 
-namespace cleave::run_plan {
+namespace cleave::run_plan::memory_plan_zero3_test {
 namespace {
 
 constexpr std::int64_t kD = 24, kFf = 96, kT = 10, kDp = 3;
@@ -303,4 +303,4 @@ TEST(MemoryPlanZeroThree, OverTheCapMessageEstimatesEachHigherStage) {
 }
 
 }  // namespace
-}  // namespace cleave::run_plan
+}  // namespace cleave::run_plan::memory_plan_zero3_test

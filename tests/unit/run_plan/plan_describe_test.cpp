@@ -8,7 +8,7 @@
 #include "engine/config/config.hpp"
 #include "engine/run_plan/plan.hpp"
 
-namespace cleave::run_plan {
+namespace cleave::run_plan::plan_describe_test {
 namespace {
 
 Plan plan_of(int pp, const std::string& schedule) {
@@ -39,4 +39,4 @@ TEST(PlanDescribe, RunJsonsLabelIsTheLogsWithoutTheWordSchedule) {
 }
 
 }  // namespace
-}  // namespace cleave::run_plan
+}  // namespace cleave::run_plan::plan_describe_test

@@ -8,7 +8,7 @@
 
 #include "engine/supervise/health_check.hpp"
 
-namespace cleave::supervise {
+namespace cleave::supervise::health_check_test {
 namespace {
 
 TEST(HealthCheck, ShellQuoteKeepsEveryCharacter) {
@@ -29,4 +29,4 @@ TEST(HealthCheck, QuotedCommandsRunAsGivenWithTheSlotsVariables) {
 }
 
 }  // namespace
-}  // namespace cleave::supervise
+}  // namespace cleave::supervise::health_check_test

@@ -10,7 +10,7 @@
 
 #include "engine/supervise/job_process.hpp"
 
-namespace cleave::supervise {
+namespace cleave::supervise::job_process_test {
 namespace {
 
 TEST(JobProcess, OutputLogAndExitCode) {
@@ -55,4 +55,4 @@ TEST(JobProcess, SignalDeathIsReportedAs128PlusSignal) {
 }
 
 }  // namespace
-}  // namespace cleave::supervise
+}  // namespace cleave::supervise::job_process_test

@@ -10,7 +10,7 @@
 #include "engine/core/input_error.hpp"
 #include "engine/supervise/layout_choice.hpp"
 
-namespace cleave::supervise {
+namespace cleave::supervise::layout_choice_test {
 namespace {
 
 config::RunConfig config_on(DeviceType device) {
@@ -64,4 +64,4 @@ TEST(DescribeLayout, NamesTheScheduleAndWhatOneRankRuns) {
 }
 
 }  // namespace
-}  // namespace cleave::supervise
+}  // namespace cleave::supervise::layout_choice_test

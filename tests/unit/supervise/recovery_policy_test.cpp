@@ -17,7 +17,7 @@
 #include "engine/supervise/recovery_policy.hpp"
 #include "engine/supervise/restart_record.hpp"
 
-namespace cleave::supervise {
+namespace cleave::supervise::recovery_policy_test {
 namespace {
 
 TEST(ClassifyFailure, OpenMpiKilledRankIsNamed) {
@@ -321,4 +321,4 @@ TEST(RestartRecord, SecondsLostSumTheirPartsAndRunJsonKeepsTheTrainersKeys) {
 }
 
 }  // namespace
-}  // namespace cleave::supervise
+}  // namespace cleave::supervise::recovery_policy_test

@@ -8,7 +8,7 @@
 #include "engine/tokenizer/tokenizer_json.hpp"
 #include "unit/tokenizer/tiny_tokenizer.hpp"
 
-namespace cleave::tokenizer {
+namespace cleave::tokenizer::document_template_test {
 namespace {
 
 using Ids = std::vector<std::int32_t>;
@@ -62,4 +62,4 @@ TEST(DocumentTemplate, RefusesNamesTheTokenizerLacks) {
 }
 
 }  // namespace
-}  // namespace cleave::tokenizer
+}  // namespace cleave::tokenizer::document_template_test

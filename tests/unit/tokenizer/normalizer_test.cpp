@@ -11,7 +11,7 @@
 #include "engine/tokenizer/tokenizer_json.hpp"
 #include "engine/tokenizer/unicode_normalization.hpp"
 
-namespace cleave::tokenizer {
+namespace cleave::tokenizer::normalizer_test {
 namespace {
 
 using nlohmann::json;
@@ -110,4 +110,4 @@ TEST(Normalizer, RefusesByName) {
 }
 
 }  // namespace
-}  // namespace cleave::tokenizer
+}  // namespace cleave::tokenizer::normalizer_test

@@ -10,7 +10,7 @@
 #include "engine/tokenizer/pre_tokenizer.hpp"
 #include "unit/tokenizer/tiny_tokenizer.hpp"
 
-namespace cleave::tokenizer {
+namespace cleave::tokenizer::pre_tokenizer_test {
 namespace {
 
 using Pieces = std::vector<std::string>;
@@ -89,4 +89,4 @@ TEST(PreTokenizer, RecognisesExactlyTheTwoPatterns) {
 }
 
 }  // namespace
-}  // namespace cleave::tokenizer
+}  // namespace cleave::tokenizer::pre_tokenizer_test

@@ -19,7 +19,7 @@
 #include "engine/tokenizer/normalizer.hpp"
 #include "engine/tokenizer/tokenizer_json.hpp"
 
-namespace cleave::tokenizer {
+namespace cleave::tokenizer::sentencepiece_test {
 namespace {
 
 using nlohmann::json;
@@ -204,4 +204,4 @@ TEST(SentencePiece, RefusesWhatIsNotImplementedByName) {
 }
 
 }  // namespace
-}  // namespace cleave::tokenizer
+}  // namespace cleave::tokenizer::sentencepiece_test

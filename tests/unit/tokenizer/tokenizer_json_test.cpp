@@ -12,7 +12,7 @@
 #include "engine/tokenizer/tokenizer_json.hpp"
 #include "unit/tokenizer/tiny_tokenizer.hpp"
 
-namespace cleave::tokenizer {
+namespace cleave::tokenizer::tokenizer_json_test {
 namespace {
 
 using nlohmann::json;
@@ -134,4 +134,4 @@ TEST(TokenizerJson, RefusesMissingFilesAndBadJson) {
 }
 
 }  // namespace
-}  // namespace cleave::tokenizer
+}  // namespace cleave::tokenizer::tokenizer_json_test

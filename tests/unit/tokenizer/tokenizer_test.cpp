@@ -12,7 +12,7 @@
 #include "engine/tokenizer/unicode_classes.hpp"
 #include "unit/tokenizer/tiny_tokenizer.hpp"
 
-namespace cleave::tokenizer {
+namespace cleave::tokenizer::tokenizer_test {
 namespace {
 
 using testing::TinyOptions;
@@ -135,4 +135,4 @@ TEST(Tokenizer, RefusesInvalidUtf8AndUnknownIds) {
 }
 
 }  // namespace
-}  // namespace cleave::tokenizer
+}  // namespace cleave::tokenizer::tokenizer_test

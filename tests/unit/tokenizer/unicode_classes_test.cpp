@@ -6,7 +6,7 @@
 
 #include "engine/tokenizer/unicode_classes.hpp"
 
-namespace cleave::tokenizer {
+namespace cleave::tokenizer::unicode_classes_test {
 namespace {
 
 TEST(UnicodeClasses, TableIsSortedAndDisjoint) {
@@ -88,4 +88,4 @@ TEST(UnicodeClasses, LossyUtf8ReplacesEachMaximalInvalidSubpart) {
 }
 
 }  // namespace
-}  // namespace cleave::tokenizer
+}  // namespace cleave::tokenizer::unicode_classes_test

@@ -17,7 +17,7 @@
 #include "engine/run_plan/plan.hpp"
 #include "engine/train/rank_setup.hpp"
 
-namespace cleave::train {
+namespace cleave::train::check_plan_test {
 namespace {
 
 constexpr std::int64_t kGiB = std::int64_t{1} << 30;
@@ -180,4 +180,4 @@ TEST(CheckPlanBeforeWorld, ReturnsThePlanTheRankSetupWouldMake) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::check_plan_test

@@ -8,7 +8,7 @@
 #include "engine/core/error.hpp"
 #include "engine/train/fault_injection.hpp"
 
-namespace cleave::train {
+namespace cleave::train::fault_injection_test {
 namespace {
 
 std::string error_of(const std::string& text) {
@@ -63,4 +63,4 @@ TEST(FaultInjection, DueOnceAtItsRankStepAndPoint) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::fault_injection_test

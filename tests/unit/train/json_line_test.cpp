@@ -15,7 +15,7 @@
 
 #include "engine/train/json_line.hpp"
 
-namespace cleave::testing {
+namespace cleave::testing::json_line_test {
 namespace {
 
 TEST(JsonLine, WritesWhatNlohmannDumpWrote) {
@@ -75,4 +75,4 @@ TEST(JsonLine, SaysWhetherARowKeptToItsRoom) {
 }
 
 }  // namespace
-}  // namespace cleave::testing
+}  // namespace cleave::testing::json_line_test

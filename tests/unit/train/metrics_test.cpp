@@ -14,7 +14,7 @@
 #include "engine/core/input_error.hpp"
 #include "engine/train/metrics.hpp"
 
-namespace cleave::train {
+namespace cleave::train::metrics_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -367,4 +367,4 @@ TEST(MetricsWriter, FailedWriteNamesFileAndStep) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::metrics_test

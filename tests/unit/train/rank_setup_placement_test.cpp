@@ -9,7 +9,7 @@
 #include "engine/core/error.hpp"
 #include "engine/train/rank_setup.hpp"
 
-namespace cleave::train {
+namespace cleave::train::rank_setup_placement_test {
 namespace {
 
 TEST(RankGpu, OneVisibleGpuPerRank) {
@@ -59,4 +59,4 @@ TEST(RankGpu, NoVisibleGpuIsRefused) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::rank_setup_placement_test

@@ -10,7 +10,7 @@
 #include "layers/layer.hpp"
 #include "layers/moe/router_log.hpp"
 
-namespace cleave::train {
+namespace cleave::train::router_metrics_split_test {
 namespace {
 
 using layers::AllToAllCall;
@@ -88,4 +88,4 @@ TEST(RouterLogCalls, SplitsEachCallIntoTheWaitForTheLastPeerAndTheRest) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::router_metrics_split_test

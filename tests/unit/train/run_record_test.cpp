@@ -12,7 +12,7 @@
 #include "kernels/ops/cpu_blas.hpp"
 #include "kernels/ops/ops.hpp"
 
-namespace cleave::train {
+namespace cleave::train::run_record_test {
 namespace {
 
 config::RunConfig cpu_run(ops::CpuBlas blas) {
@@ -82,4 +82,4 @@ TEST(RunRecordCpuGemm, ACudaRunRecordsNone) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::run_record_test

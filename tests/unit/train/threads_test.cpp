@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace cleave::train {
+namespace cleave::train::threads_test {
 namespace {
 
 TEST(ThreadRule, ThreadsPerRank) {
@@ -136,4 +136,4 @@ TEST(ThreadRule, BusyElsewhereIsTheMedianOfProcsRunningLessThisJob) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::threads_test

@@ -10,7 +10,7 @@
 #include "partition/cost_model.hpp"
 #include "partition/model_spec.hpp"
 
-namespace cleave::train {
+namespace cleave::train::throughput_test {
 namespace {
 
 TEST(Throughput, GptModelFlopsMatchTheClosedForm) {
@@ -75,4 +75,4 @@ TEST(Throughput, PerRankRateAndMfu) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::throughput_test

@@ -11,7 +11,7 @@
 #include "engine/train/verify.hpp"
 #include "engine/train/verify_adamw_bound.hpp"
 
-namespace cleave::train {
+namespace cleave::train::verify_adamw_bound_test {
 namespace {
 
 config::OptimizerConfig constant_adamw(double lr) {
@@ -156,4 +156,4 @@ TEST(VerifyRouting, TheFirstStepWhoseCountsOrImbalanceDifferIsFoundWithTheTokens
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::verify_adamw_bound_test

@@ -12,7 +12,7 @@
 #include "engine/core/rng.hpp"
 #include "engine/train/verify_compare.hpp"
 
-namespace cleave::train {
+namespace cleave::train::verify_compare_test {
 namespace {
 
 // Bias-corrected Adam (eps 0) on `g`: |m_hat / sqrt(v_hat)| after the last gradient.
@@ -123,4 +123,4 @@ TEST(VerifyCompare, NullSlicesAreGptKeyBiasesUnderAdamwOnly) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::verify_compare_test

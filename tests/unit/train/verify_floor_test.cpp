@@ -17,7 +17,7 @@
 #include "engine/train/verify_floor.hpp"
 #include "kernels/ops/cpu_blas.hpp"
 
-namespace cleave::train {
+namespace cleave::train::verify_floor_test {
 namespace {
 
 config::RunConfig bf16_cpu() {
@@ -238,4 +238,4 @@ TEST(VerifyFloor, OrderTwinsChangeOnlyTheGemmLibraryInFp32UnderAdamwAndBoundEach
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::verify_floor_test

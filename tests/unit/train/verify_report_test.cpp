@@ -13,7 +13,7 @@
 
 #include "engine/train/verify.hpp"
 
-namespace cleave::train {
+namespace cleave::train::verify_report_test {
 namespace {
 
 constexpr const char* kHint = "with AdamW a parameter whose gradient is near zero";
@@ -191,4 +191,4 @@ TEST(VerifyReport, RoutingDivergenceIsTheVerdictAndANearTieIsToldFromMore) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::verify_report_test

@@ -11,7 +11,7 @@
 #include "engine/core/error.hpp"
 #include "engine/hf/hf_architecture.hpp"
 
-namespace cleave::hf {
+namespace cleave::hf::hf_architecture_test {
 namespace {
 
 using nlohmann::json;
@@ -79,4 +79,4 @@ TEST(HfArchitectureTable, RefusalsNameEveryRow) {
 }
 
 }  // namespace
-}  // namespace cleave::hf
+}  // namespace cleave::hf::hf_architecture_test

@@ -15,7 +15,7 @@
 #include "engine/hf/hf_import.hpp"
 #include "unit/hf/hf_fixture.hpp"
 
-namespace cleave::hf {
+namespace cleave::hf::hf_llama_like_test {
 namespace {
 
 using nlohmann::json;
@@ -229,4 +229,4 @@ TEST(HfLlamaLike, ExportWithoutASourcePicksTheClassThatHoldsTheModel) {
 }
 
 }  // namespace
-}  // namespace cleave::hf
+}  // namespace cleave::hf::hf_llama_like_test

@@ -11,7 +11,7 @@
 #include "engine/hf/hf_config.hpp"
 #include "unit/hf/families/family_fixture.hpp"
 
-namespace cleave::hf {
+namespace cleave::hf::mixtral_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -115,4 +115,4 @@ TEST(HfMixtral, WhatCleaveComputesDifferentlyIsOneErrorNamingIt) {
 }
 
 }  // namespace
-}  // namespace cleave::hf
+}  // namespace cleave::hf::mixtral_test

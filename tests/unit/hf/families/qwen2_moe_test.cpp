@@ -14,7 +14,7 @@
 #include "engine/hf/hf_import.hpp"
 #include "unit/hf/hf_fixture.hpp"
 
-namespace cleave::hf {
+namespace cleave::hf::qwen2_moe_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -164,4 +164,4 @@ TEST(HfQwen2Moe, WhatCleaveCannotRepresentIsOneErrorNamingIt) {
 }
 
 }  // namespace
-}  // namespace cleave::hf
+}  // namespace cleave::hf::qwen2_moe_test

@@ -11,7 +11,7 @@
 #include "engine/hf/hf_config.hpp"
 #include "unit/hf/families/family_fixture.hpp"
 
-namespace cleave::hf {
+namespace cleave::hf::qwen3_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -133,4 +133,4 @@ TEST(HfQwen3, WhatCleaveComputesDifferentlyIsOneErrorNamingIt) {
 }
 
 }  // namespace
-}  // namespace cleave::hf
+}  // namespace cleave::hf::qwen3_test

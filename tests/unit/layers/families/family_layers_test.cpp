@@ -15,7 +15,7 @@
 #include "partition/model_spec.hpp"
 #include "partition/param_tensors.hpp"
 
-namespace cleave::layers {
+namespace cleave::layers::family_layers_test {
 namespace {
 
 using testing::on_host;
@@ -149,4 +149,4 @@ TEST(FamilyLayers, ParamTensorsAreTheBuiltLayersTensorByTensor) {
 }
 
 }  // namespace
-}  // namespace cleave::layers
+}  // namespace cleave::layers::family_layers_test

@@ -19,7 +19,7 @@
 #include "partition/model_spec.hpp"
 #include "partition/tp_rules.hpp"
 
-namespace cleave::partition {
+namespace cleave::partition::family_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -215,4 +215,4 @@ TEST(FamilySites, NoGenericSourceSwitchesOnAFamily) {
 }
 
 }  // namespace
-}  // namespace cleave::partition
+}  // namespace cleave::partition::family_test

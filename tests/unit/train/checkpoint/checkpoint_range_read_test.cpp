@@ -26,7 +26,7 @@
 #include "engine/train/checkpoint/checkpoint_reader.hpp"
 #include "layers/parallel/shard.hpp"
 
-namespace cleave::train {
+namespace cleave::train::checkpoint_range_read_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -225,4 +225,4 @@ TEST(CheckpointRangeRead, ChunksAreVerifiedAndOlderCheckpointsStillLoad) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::checkpoint_range_read_test

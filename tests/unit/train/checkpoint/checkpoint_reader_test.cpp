@@ -18,7 +18,7 @@
 #include "engine/core/error.hpp"
 #include "engine/train/checkpoint/checkpoint_reader.hpp"
 
-namespace cleave::train {
+namespace cleave::train::checkpoint_reader_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -121,4 +121,4 @@ TEST(CheckpointReader, PieceBytesMustMatchTheIndex) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::checkpoint_reader_test

@@ -9,7 +9,7 @@
 #include "engine/core/input_error.hpp"
 #include "engine/train/checkpoint/config_change.hpp"
 
-namespace cleave::train {
+namespace cleave::train::config_change_test {
 namespace {
 
 using nlohmann::json;
@@ -189,4 +189,4 @@ TEST(ConfigChange, SplitKeyList) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::config_change_test

@@ -11,7 +11,7 @@
 #include "engine/core/error.hpp"
 #include "engine/train/checkpoint/finite_weights.hpp"
 
-namespace cleave::train {
+namespace cleave::train::finite_weights_test {
 namespace {
 
 std::string error_of(const std::vector<float>& values) {
@@ -42,4 +42,4 @@ TEST(FiniteWeights, NaNAndInfinityAreNamed) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::finite_weights_test

@@ -11,7 +11,7 @@
 
 #include "engine/train/checkpoint/resume.hpp"
 
-namespace cleave::train {
+namespace cleave::train::keep_earlier_attempt_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -78,4 +78,4 @@ TEST(KeepEarlierAttempt, NothingToKeepCreatesNothing) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::keep_earlier_attempt_test

@@ -10,7 +10,7 @@
 #include "engine/train/data/digits.hpp"
 #include "engine/train/data/make_data_source.hpp"
 
-namespace cleave::train {
+namespace cleave::train::digits_test {
 namespace {
 
 using test_util::expect_error;
@@ -120,4 +120,4 @@ TEST(Digits, RealDebianFileWhenPresent) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::digits_test

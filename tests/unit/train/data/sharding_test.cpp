@@ -14,7 +14,7 @@
 #include "engine/train/data/make_data_source.hpp"
 #include "engine/train/data/synthetic.hpp"
 
-namespace cleave::train {
+namespace cleave::train::sharding_test {
 namespace {
 
 // Row `row` of a batch as raw bytes (inputs then targets), for exact comparison across dtypes.
@@ -137,4 +137,4 @@ TEST(Sharding, InconsistentLayoutsAreErrors) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::sharding_test

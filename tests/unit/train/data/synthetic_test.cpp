@@ -10,7 +10,7 @@
 #include "engine/train/data/make_data_source.hpp"
 #include "engine/train/data/synthetic.hpp"
 
-namespace cleave::train {
+namespace cleave::train::synthetic_test {
 namespace {
 
 TEST(Synthetic, TokensFollowTheChain) {
@@ -99,4 +99,4 @@ TEST(Synthetic, DefaultConfigGivesTheTokenTask) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::synthetic_test

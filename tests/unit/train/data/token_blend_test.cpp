@@ -14,7 +14,7 @@
 #include "engine/train/data/make_data_source.hpp"
 #include "engine/train/data/token_manifest.hpp"
 
-namespace cleave::train {
+namespace cleave::train::token_blend_test {
 namespace {
 
 using namespace test_util;
@@ -163,4 +163,4 @@ TEST(TokenBlend, TheRunsConfigJsonNamesTheSameFilesFromAnywhere) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::token_blend_test

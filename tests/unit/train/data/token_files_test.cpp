@@ -9,7 +9,7 @@
 #include "engine/train/data/make_data_source.hpp"
 #include "engine/train/data/token_file.hpp"
 
-namespace cleave::train {
+namespace cleave::train::token_files_test {
 namespace {
 
 using namespace test_util;
@@ -179,4 +179,4 @@ TEST(TokenFiles, TokenOutsideVocabulary) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::token_files_test

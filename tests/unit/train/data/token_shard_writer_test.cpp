@@ -12,7 +12,7 @@
 #include "engine/train/data/token_file.hpp"
 #include "engine/train/data/token_shard_writer.hpp"
 
-namespace cleave::train {
+namespace cleave::train::token_shard_writer_test {
 namespace {
 
 using namespace test_util;
@@ -106,4 +106,4 @@ TEST(TokenShardWriter, RefusesAnExistingFileNoTokensAndAnUnwritablePath) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::train::token_shard_writer_test

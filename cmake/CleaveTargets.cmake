@@ -1,7 +1,7 @@
 # Helpers that turn a source folder into a library and a test folder into a test binary, so adding a file
 # never needs a CMake edit. Files under any `cuda/` folder are left to the CUDA build.
 #
-# Build speed (docs/building.md). The tests' precompiled header (CLEAVE_TEST_PRECOMPILE_HEADERS) is on by default;
+# Build speed (docs/building.md). The tests' precompiled header and unity batches (CLEAVE_TEST_*) are on by default;
 # for the libraries, opt-in: every library and the cleave executable can compile their .cpp files in unity
 # batches (CLEAVE_UNITY_BUILD) and against precompiled STL, fmt and nlohmann/json headers
 # (CLEAVE_PRECOMPILE_HEADERS). Both are plain CMake switches, so a build with either off is the same code.
@@ -63,10 +63,16 @@ endfunction()
 #    cleave_unit_test_main (tests/CMakeLists.txt) and reused by every test target compiled with its flags (-fopenmp,
 #    which every target linking cleave_kernels has, and the optimization above). A target with other flags must not
 #    call it: GCC would reject the header (-Winvalid-pch warns) and parse the headers again.
+#  - unity batches (CLEAVE_TEST_UNITY_BUILD, default ON): a test binary's files compile CLEAVE_TEST_UNITY_BATCH_SIZE
+#    at a time as one translation unit, so gtest's templates and the helpers' instantiations are compiled once per
+#    batch (half the CPU time of the test objects, docs/building.md). Two files of one batch must not define one
+#    name: every test file keeps its helpers and tests in a namespace named after the file
+#    (`namespace cleave::planner::ep_plan_test`), so a file added later, which moves the batches' bounds, never
+#    meets another file's helper of the same name. A break shows as a redefinition in Unity/unity_N_cxx.cxx.
 set(CLEAVE_TEST_OPTIMIZATION "-Og"
     CACHE STRING "Optimization flag of the test files (the libraries keep the build type's)")
 option(CLEAVE_TEST_UNITY_BUILD "Compile each test binary's files in unity batches" ON)
-set(CLEAVE_TEST_UNITY_BATCH_SIZE 8 CACHE STRING "Test files per unity translation unit")
+set(CLEAVE_TEST_UNITY_BATCH_SIZE 16 CACHE STRING "Test files per unity translation unit (CLEAVE_TEST_UNITY_BUILD)")
 set(CLEAVE_TEST_PCH_HEADERS ${CLEAVE_PCH_HEADERS} <gtest/gtest.h>)
 function(cleave_test_compile target)
   if(CLEAVE_TEST_UNITY_BUILD)

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+namespace cleave::ops::seam_rule_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -57,3 +58,4 @@ TEST(SeamRule, ScannerFindsABackendInclude) {
 }
 
 }  // namespace
+}  // namespace cleave::ops::seam_rule_test

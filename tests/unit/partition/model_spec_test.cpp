@@ -7,18 +7,12 @@
 #include "partition/cost_model.hpp"
 #include "partition/model_spec.hpp"
 #include "partition/tp_rules.hpp"
+#include "support/error_of.hpp"
 
 namespace cleave::partition::model_spec_test {
 namespace {
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using cleave::testing::error_of;
 
 // The config key a builder's error names (the config layer reports it under the key's origin).
 std::string key_of(auto&& fn) {

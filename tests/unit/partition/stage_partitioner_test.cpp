@@ -13,18 +13,12 @@
 
 #include "engine/core/error.hpp"
 #include "partition/stage_partitioner.hpp"
+#include "support/error_of.hpp"
 
 namespace cleave::partition::stage_partitioner_test {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using cleave::testing::error_of;
 
 std::vector<BlockProfile> timed(const std::vector<double>& times) {
   std::vector<BlockProfile> blocks;

@@ -23,6 +23,7 @@
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/simulator.hpp"
 #include "pipeline/validator.hpp"
+#include "support/error_of.hpp"
 
 namespace cleave::pipeline::auto_schedule_test {
 namespace {
@@ -136,14 +137,7 @@ TEST(AutoSchedule, RegistryEntryUsesUnitCostsAndOneFOneBMemory) {
   EXPECT_TRUE(is_schedule_name("auto"));
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using cleave::testing::error_of;
 
 TEST(AutoSchedule, BadInputIsAnErrorNamingTheNumbers) {
   const SimulationCosts unit = SimulationCosts::uniform(4);

@@ -26,6 +26,7 @@
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/simulator.hpp"
 #include "pipeline/validator.hpp"
+#include "support/error_of.hpp"
 
 namespace cleave::pipeline::generators_test {
 namespace {
@@ -102,14 +103,7 @@ SimulationResult check_common(const Schedule& s, bool split_backward) {
   return sim;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using cleave::testing::error_of;
 
 double idle(const SimulationResult& sim, int r) { return sim.stats.makespan - sim.stats.ranks[r].busy; }
 

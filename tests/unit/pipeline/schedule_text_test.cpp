@@ -13,18 +13,12 @@
 #include "pipeline/overlap_schedule.hpp"
 #include "pipeline/schedule_text.hpp"
 #include "pipeline/schedules/schedules.hpp"
+#include "support/error_of.hpp"
 
 namespace cleave::pipeline::schedule_text_test {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using cleave::testing::error_of;
 
 void expect_same(const Schedule& a, const Schedule& b) {
   EXPECT_EQ(a.name, b.name);

@@ -12,6 +12,7 @@
 #include "pipeline/lowering.hpp"
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/simulator.hpp"
+#include "support/error_of.hpp"
 
 namespace cleave::pipeline::simulator_test {
 namespace {
@@ -258,14 +259,7 @@ TEST(TimelineStats, LongestSpanIsTheLongestRanksFirstStartToLastEnd) {
   EXPECT_DOUBLE_EQ(h2.stats.makespan, 8 * 3 + 3);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using cleave::testing::error_of;
 
 TEST(Simulator, ReplaysPerActionDurations) {
   // GPipe p=2 m=1, F = 1, B = 2 per stage; the replay makes 1F0 take 4 and the optimizer on rank 0 take 3,

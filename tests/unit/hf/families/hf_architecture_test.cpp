@@ -10,20 +10,14 @@
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/hf/hf_architecture.hpp"
+#include "support/error_of.hpp"
 
 namespace cleave::hf::hf_architecture_test {
 namespace {
 
 using nlohmann::json;
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using cleave::testing::error_of;
 
 TEST(HfArchitectureTable, EveryRowRoundTripsItsFamilysModelSection) {
   int rows = 0;

@@ -12,6 +12,7 @@
 #include "engine/hf/hf_config.hpp"
 #include "engine/hf/hf_export.hpp"
 #include "engine/hf/hf_import.hpp"
+#include "support/error_of.hpp"
 #include "unit/hf/hf_fixture.hpp"
 
 namespace cleave::hf::qwen2_moe_test {
@@ -66,14 +67,7 @@ HfFixture qwen2_moe_fixture(unsigned seed = 29) {
   return out;
 }
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using cleave::testing::error_of;
 
 TEST(HfQwen2Moe, ImportsBiasesSharedExpertAndGateAndExportGivesEveryTensorBack) {
   const HfFixture f = qwen2_moe_fixture();

@@ -18,20 +18,14 @@
 #include "partition/cost_model.hpp"
 #include "partition/model_spec.hpp"
 #include "partition/tp_rules.hpp"
+#include "support/error_of.hpp"
 
 namespace cleave::partition::family_test {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using cleave::testing::error_of;
 
 TEST(FamilyTable, EveryModelTypeHasItsRowAndBuildsItsOwnSpec) {
   int rows = 0;

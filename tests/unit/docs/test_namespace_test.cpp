@@ -9,11 +9,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "unit/docs/markdown_table.hpp"
 
 namespace cleave::docs_test::test_namespace_test {
 namespace {
@@ -23,23 +23,20 @@ namespace fs = std::filesystem;
 const fs::path kRoot = CLEAVE_SOURCE_DIR;
 const std::vector<std::string> kTestFolders = {"tests/unit", "tests/mpi", "tests/e2e", "tests/gpu"};
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+struct TestFile {
+  fs::path path;
+  std::string text;
+};
 
-// The files that define a gtest test.
-std::vector<fs::path> test_files() {
+// The files that define a gtest test, with their text.
+std::vector<TestFile> test_files() {
   const std::regex test_macro(R"((^|\n)(TEST|TEST_F|TEST_P)\()");
-  std::vector<fs::path> files;
+  std::vector<TestFile> files;
   for (const std::string& folder : kTestFolders) {
     for (const auto& entry : fs::recursive_directory_iterator(kRoot / folder)) {
-      if (entry.is_regular_file() && entry.path().extension() == ".cpp" &&
-          std::regex_search(read_text(entry.path()), test_macro)) {
-        files.push_back(entry.path());
-      }
+      if (!entry.is_regular_file() || entry.path().extension() != ".cpp") continue;
+      std::string text = read_text(entry.path());
+      if (std::regex_search(text, test_macro)) files.push_back({entry.path(), std::move(text)});
     }
   }
   return files;
@@ -51,10 +48,7 @@ std::vector<std::string> namespaces_not_named_after(const std::string& text, con
   std::vector<std::string> wrong;
   for (auto it = std::sregex_iterator(text.begin(), text.end(), opening); it != std::sregex_iterator(); ++it) {
     const std::string name = (*it)[2];
-    const std::string suffix = "::" + stem;
-    if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
-      wrong.push_back(name);
-    }
+    if (!name.ends_with("::" + stem)) wrong.push_back(name);
   }
   return wrong;
 }
@@ -71,15 +65,15 @@ TEST(TestNamespace, TheRuleFindsAFileNotNamedAfterItsNamespace) {
 }
 
 TEST(TestNamespace, EveryTestFileKeepsItsTestsInANamespaceNamedAfterIt) {
-  const std::vector<fs::path> files = test_files();
+  const std::vector<TestFile> files = test_files();
   ASSERT_GE(files.size(), 200u) << "the test files were not found under " << kRoot;
-  for (const fs::path& file : files) {
-    const std::string stem = file.stem().string();
-    const std::string text = read_text(file);
-    EXPECT_NE(text.find("namespace cleave"), std::string::npos)
-        << fs::relative(file, kRoot).string() << ": its tests are in no namespace cleave::...::" << stem;
-    for (const std::string& name : namespaces_not_named_after(text, stem)) {
-      ADD_FAILURE() << fs::relative(file, kRoot).string() << ": `namespace " << name << "` should be `namespace "
+  for (const TestFile& file : files) {
+    const std::string stem = file.path.stem().string();
+    const std::string where = fs::relative(file.path, kRoot).string();
+    EXPECT_NE(file.text.find("namespace cleave"), std::string::npos)
+        << where << ": its tests are in no namespace cleave::...::" << stem;
+    for (const std::string& name : namespaces_not_named_after(file.text, stem)) {
+      ADD_FAILURE() << where << ": `namespace " << name << "` should be `namespace "
                     << name << "::" << stem
                     << "` (test files compile in unity batches; cmake/CleaveTargets.cmake, docs/building.md)";
     }

@@ -1,28 +1,23 @@
 # Helpers that turn a source folder into a library and a test folder into a test binary, so adding a file
 # never needs a CMake edit. Files under any `cuda/` folder are left to the CUDA build.
 #
-# Build speed (docs/building.md). The tests' precompiled header and unity batches (CLEAVE_TEST_*) are on by default;
-# for the libraries, opt-in: every library and the cleave executable can compile their .cpp files in unity
-# batches (CLEAVE_UNITY_BUILD) and against precompiled STL, fmt and nlohmann/json headers
-# (CLEAVE_PRECOMPILE_HEADERS). Both are plain CMake switches, so a build with either off is the same code.
+# Build speed (docs/building.md). The libraries and the cleave executable compile their .cpp files in unity batches
+# (CLEAVE_UNITY_BUILD, default ON); the tests in batches of their own (CLEAVE_TEST_*). The libraries' precompiled
+# header (CLEAVE_PRECOMPILE_HEADERS) is opt-in: it measured no gain on an Intel Xeon. Plain CMake switches, so a
+# build with either off is the same code.
 # A unity batch is one translation unit: two files of one library must not define the same name at file scope
 # with internal linkage (anonymous namespace or `static`) with the same signature. Rename one (prefer a name
-# that says what it does), or list the file in CLEAVE_UNITY_SKIP, which compiles it alone.
-# Both are OFF by default (opt in with -D...=ON): a unity build breaks whenever two files of a library gain
-# file-scope helpers of the same name, and builds under ccache (which most development builds use) would never
-# see such a break, so a default-ON unity build would fail first in a fresh clone. docs/building.md has the
-# measured gain.
-set(CLEAVE_BUILD_FASTER_DEFAULT OFF)
-option(CLEAVE_UNITY_BUILD "Compile each library's .cpp files in unity batches (fewer, larger compiles)"
-       ${CLEAVE_BUILD_FASTER_DEFAULT})
+# that says what it does), or list the file in CLEAVE_UNITY_SKIP, which compiles it alone. Which files share a
+# batch moves whenever a file is added, so a new file can break a batch it is not in: the build that adds it (a
+# unity build too, since it is the default) shows the break at once, as a redefinition in Unity/unity_N_cxx.cxx.
+option(CLEAVE_UNITY_BUILD "Compile each library's .cpp files in unity batches (fewer, larger compiles)" ON)
 set(CLEAVE_UNITY_BATCH_SIZE 8 CACHE STRING "Source files per unity translation unit (CLEAVE_UNITY_BUILD)")
-option(CLEAVE_PRECOMPILE_HEADERS "Precompile the STL, fmt and nlohmann/json headers once, for every library"
-       ${CLEAVE_BUILD_FASTER_DEFAULT})
-# The test binaries' precompiled header is separate and ON by default: gtest dominates a test file's parse time,
-# and it halved the compile time of the test objects (docs/building.md; PCH for the libraries measured no gain on
-# an Intel Xeon). A missing #include in a test then compiles anyway: a build with it OFF finds such a file.
-option(CLEAVE_TEST_PRECOMPILE_HEADERS "Precompile the STL, fmt, nlohmann/json and gtest headers once for the tests"
-       ON)
+option(CLEAVE_PRECOMPILE_HEADERS "Precompile the STL, fmt and nlohmann/json headers once, for every library" OFF)
+# Libraries that compile file by file even in a unity build: the CPU kernels and the op seam (with the CUDA backend's
+# host files). Their time is code generation at -O3 (per-ISA copies of each kernel), which a batch does not share,
+# and a batch would let one file's functions inline into another file's AVX2/AVX-512 code, where GCC may then fuse a
+# multiply and an add (C++'s default -ffp-contract=fast): the kernels' bits must not depend on the build's batching.
+set(CLEAVE_UNITY_FILE_BY_FILE cleave_kernels cleave_ops)
 # Files (relative to the source root) that compile alone even in a unity build: each defines a file-scope helper
 # with the same name and signature as another file of its library (named after the #).
 set(CLEAVE_UNITY_SKIP
@@ -37,7 +32,7 @@ set(CLEAVE_PCH_HEADERS <algorithm> <cstddef> <cstdint> <functional> <map> <memor
 
 # cleave_build_faster(<target>): the unity and precompiled-header settings above, for one C++ target.
 function(cleave_build_faster target)
-  if(CLEAVE_UNITY_BUILD)
+  if(CLEAVE_UNITY_BUILD AND NOT target IN_LIST CLEAVE_UNITY_FILE_BY_FILE)
     set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${CLEAVE_UNITY_BATCH_SIZE})
     foreach(file IN LISTS CLEAVE_UNITY_SKIP)
       set_source_files_properties(${CMAKE_SOURCE_DIR}/${file} TARGET_DIRECTORY ${target}

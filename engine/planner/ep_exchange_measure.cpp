@@ -14,9 +14,9 @@ namespace cleave::planner {
 namespace {
 
 // One size's buffers and counts: `rows` split evenly over the ranks (the remainder to the last), received alike.
-class Exchange {
+class TimedRowExchange {
  public:
-  Exchange(comm::Communicator& comm, const EpExchangeSize& size)
+  TimedRowExchange(comm::Communicator& comm, const EpExchangeSize& size)
       : comm_(comm),
         send_(Tensor::zeros(Shape{size.rows, size.width}, dtype(size), MemoryCategory::kWorkspace, cpu_allocator())),
         recv_(Tensor::zeros(Shape{size.rows, size.width}, dtype(size), MemoryCategory::kWorkspace, cpu_allocator())),
@@ -68,7 +68,7 @@ std::vector<partition::AlphaBeta> measure_ep_exchange(comm::Communicator& world,
   CacheEvictor evictor(last_level_cache().bytes);  // the whole cache: the transport's buffers are the node's
   for (const int g : profile_group_sizes(world.size())) {  // as measure_collectives
     auto group = world.split(world.rank() / g, world.rank(), fmt::format("ep_exchange{}", g));
-    std::vector<Exchange> exchanges;
+    std::vector<TimedRowExchange> exchanges;
     for (const auto& s : sizes) exchanges.emplace_back(*group, s);
     std::vector<std::vector<double>> times(sizes.size());
     for (int round = 0; round < std::max(1, rounds); ++round) {

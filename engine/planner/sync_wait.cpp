@@ -21,9 +21,9 @@ constexpr int kStreamEvery = 30;
 
 
 // One count exchange with every peer, timed from the call to its completion.
-class CountExchange {
+class TimedCountExchange {
  public:
-  explicit CountExchange(comm::Communicator& comm)
+  explicit TimedCountExchange(comm::Communicator& comm)
       : comm_(comm),
         send_(Tensor::zeros(Shape{comm.size(), 1}, DType::kI64, MemoryCategory::kWorkspace, cpu_allocator())),
         recv_(Tensor::zeros(Shape{comm.size(), 1}, DType::kI64, MemoryCategory::kWorkspace, cpu_allocator())) {}
@@ -61,7 +61,7 @@ SyncWaitMeasure measure_sync_wait(comm::Communicator& comm, int syncs) {
   CLEAVE_CHECK(comm.size() >= 2 && syncs >= 1, "profile: the sync wait needs 2 or more ranks and syncs >= 1, got {} and {}",
                comm.size(), syncs);
   ProbeGemm probe;
-  CountExchange exchange(comm);
+  TimedCountExchange exchange(comm);
   // The exchange's own cost: back to back, the ranks meeting at every call.
   std::vector<double> alone;
   comm.barrier()->wait();

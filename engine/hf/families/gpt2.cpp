@@ -37,7 +37,7 @@ std::vector<TensorMap> gpt2_map(const ModelDims& m) {
 
 // The config.json keys GPT2LMHeadModel reads that hf_config.cpp's common list does not hold. The summary_*
 // keys configure GPT2DoubleHeadsModel's classification head, which a causal LM does not have.
-constexpr std::array<std::string_view, 23> kKeys = {
+constexpr std::array<std::string_view, 23> kGpt2Keys = {
     "vocab_size",          "n_embd",           "n_layer",           "n_head",
     "n_positions",         "n_ctx",            "n_inner",           "tie_word_embeddings",
     "activation_function", "layer_norm_epsilon", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
@@ -130,7 +130,7 @@ HfArchitecture gpt2_architecture() {
   a.model_type = "gpt2";
   a.cleave_type = "gpt";
   a.embedding = "transformer.wte.weight";
-  a.keys = kKeys;
+  a.keys = kGpt2Keys;
   a.read_config = read_gpt2;
   a.holds = gpt2_holds;
   a.model_dims = gpt2_model_dims;

@@ -8,10 +8,10 @@
 namespace cleave::hf {
 namespace {
 
-constexpr llama_like::Variant kVariant{Architecture::kLlama, false, false};
+constexpr llama_like::Variant kLlamaVariant{Architecture::kLlama, false, false};
 
 // The config.json keys LlamaForCausalLM reads that hf_config.cpp's common list does not hold.
-constexpr std::array<std::string_view, 20> kKeys = {
+constexpr std::array<std::string_view, 20> kLlamaKeys = {
     "vocab_size",    "hidden_size",     "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "intermediate_size", "max_position_embeddings", "tie_word_embeddings", "head_dim", "hidden_act",
     "attention_bias", "mlp_bias",       "pretraining_tp",    "rope_theta",          "rope_scaling",
@@ -26,8 +26,8 @@ bool llama_holds(const ModelDims& d, const nlohmann::json& model) {
 }  // namespace
 
 HfArchitecture llama_architecture() {
-  HfArchitecture a = llama_like::dense_architecture<kVariant>("LlamaForCausalLM", "llama");
-  a.keys = kKeys;
+  HfArchitecture a = llama_like::dense_architecture<kLlamaVariant>("LlamaForCausalLM", "llama");
+  a.keys = kLlamaKeys;
   a.holds = llama_holds;
   return a;
 }

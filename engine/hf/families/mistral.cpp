@@ -8,9 +8,9 @@
 namespace cleave::hf {
 namespace {
 
-constexpr llama_like::Variant kVariant{Architecture::kMistral, true, false};
+constexpr llama_like::Variant kMistralVariant{Architecture::kMistral, true, false};
 
-constexpr std::array<std::string_view, 18> kKeys = {
+constexpr std::array<std::string_view, 18> kMistralKeys = {
     "vocab_size",    "hidden_size",     "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "intermediate_size", "max_position_embeddings", "tie_word_embeddings", "head_dim", "hidden_act",
     "rope_theta",    "rope_scaling",    "rope_parameters",   "rms_norm_eps",        "attention_dropout",
@@ -24,8 +24,8 @@ bool mistral_holds(const ModelDims& d, const nlohmann::json& model) {
 
 HfArchitecture mistral_architecture() {
   HfArchitecture a =
-      llama_like::dense_architecture<kVariant>("MistralForCausalLM", "mistral", " (with a sliding window)");
-  a.keys = kKeys;
+      llama_like::dense_architecture<kMistralVariant>("MistralForCausalLM", "mistral", " (with a sliding window)");
+  a.keys = kMistralKeys;
   a.holds = mistral_holds;
   return a;
 }

@@ -22,23 +22,23 @@ namespace {
 using nlohmann::json;
 
 // Llama's attention, norms and sizes (llama_like.cpp) with neither a window nor biases; sliding_window is read here.
-constexpr llama_like::Variant kVariant{Architecture::kMixtral, false, false};
+constexpr llama_like::Variant kMixtralVariant{Architecture::kMixtral, false, false};
 
 // The config.json keys MixtralForCausalLM reads that hf_config.cpp's common list does not hold.
-constexpr std::array<std::string_view, 23> kKeys = {
+constexpr std::array<std::string_view, 23> kMixtralKeys = {
     "vocab_size",    "hidden_size",     "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "intermediate_size", "max_position_embeddings", "tie_word_embeddings", "head_dim", "hidden_act",
     "rope_theta",    "rope_scaling",    "rope_parameters",   "rms_norm_eps",        "attention_dropout",
     "layer_types",   "sliding_window",  "num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
     "router_z_loss_coef", "router_jitter_noise", "output_router_logits"};
 
-constexpr moe_like::ExpertNames kExperts{"block_sparse_moe", "gate", "w1", "w3", "w2"};
+constexpr moe_like::ExpertNames kMixtralExperts{"block_sparse_moe", "gate", "w1", "w3", "w2"};
 
-std::vector<TensorMap> mixtral_map(const ModelDims& m) { return moe_like::tensor_map(m, kExperts); }
+std::vector<TensorMap> mixtral_map(const ModelDims& m) { return moe_like::tensor_map(m, kMixtralExperts); }
 
 HfModelConfig read_mixtral(const Keys& k) {
   // The attention, norms and sizes are Llama's (intermediate_size: each expert's width).
-  HfModelConfig out = llama_like::read(k, kVariant);
+  HfModelConfig out = llama_like::read(k, kMixtralVariant);
   k.require("router_jitter_noise", k.number_or("router_jitter_noise", 0.0), 0.0,
             "no router jitter (Cleave's router does not perturb its input)");
   const std::int64_t max_positions = out.dims.seq_len;
@@ -64,7 +64,7 @@ bool mixtral_holds(const ModelDims& d, const json& model) {
 }
 
 void mixtral_write_config(const ModelDims& d, const json& model, json& out) {
-  llama_like::write(kVariant, d, model, out);  // kMixtral: no attention_bias / mlp_bias (not Mixtral keys)
+  llama_like::write(kMixtralVariant, d, model, out);  // kMixtral: no attention_bias / mlp_bias (not Mixtral keys)
   out["num_local_experts"] = d.n_experts;
   out["num_experts_per_tok"] = d.top_k;
   out["router_aux_loss_coef"] = model.value("aux_loss_coef", 0.001);
@@ -78,7 +78,7 @@ void mixtral_write_config(const ModelDims& d, const json& model, json& out) {
 
 HfArchitecture mixtral_architecture() {
   HfArchitecture a = moe_like::architecture(Architecture::kMixtral, "MixtralForCausalLM", "mixtral");
-  a.keys = kKeys;
+  a.keys = kMixtralKeys;
   a.read_config = read_mixtral;
   a.holds = mixtral_holds;
   a.write_config = mixtral_write_config;

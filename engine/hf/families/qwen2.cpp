@@ -11,9 +11,9 @@
 namespace cleave::hf {
 namespace {
 
-constexpr llama_like::Variant kVariant{Architecture::kQwen2, false, true};
+constexpr llama_like::Variant kQwen2Variant{Architecture::kQwen2, false, true};
 
-constexpr std::array<std::string_view, 19> kKeys = {
+constexpr std::array<std::string_view, 19> kQwen2Keys = {
     "vocab_size",    "hidden_size",     "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "intermediate_size", "max_position_embeddings", "tie_word_embeddings", "head_dim", "hidden_act",
     "rope_theta",    "rope_scaling",    "rope_parameters",   "rms_norm_eps",        "attention_dropout",
@@ -24,8 +24,8 @@ bool qwen2_holds(const ModelDims& d, const nlohmann::json&) { return d.qkv_bias 
 }  // namespace
 
 HfArchitecture qwen2_architecture() {
-  HfArchitecture a = llama_like::dense_architecture<kVariant>("Qwen2ForCausalLM", "qwen2", " (with q/k/v biases)");
-  a.keys = kKeys;
+  HfArchitecture a = llama_like::dense_architecture<kQwen2Variant>("Qwen2ForCausalLM", "qwen2", " (with q/k/v biases)");
+  a.keys = kQwen2Keys;
   a.holds = qwen2_holds;
   return a;
 }

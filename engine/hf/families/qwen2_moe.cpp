@@ -26,12 +26,12 @@ namespace {
 using nlohmann::json;
 
 // Llama's attention, norms and sizes; the biases and the window are read here.
-constexpr llama_like::Variant kVariant{Architecture::kQwen2Moe, false, false, false};
-constexpr moe_like::ExpertNames kExperts{"mlp", "gate", "gate_proj", "up_proj", "down_proj", "shared_expert",
+constexpr llama_like::Variant kQwen2MoeVariant{Architecture::kQwen2Moe, false, false, false};
+constexpr moe_like::ExpertNames kQwen2MoeExperts{"mlp", "gate", "gate_proj", "up_proj", "down_proj", "shared_expert",
                                          "shared_expert_gate"};
 
 // The config.json keys Qwen2MoeForCausalLM reads that hf_config.cpp's common list does not hold.
-constexpr std::array<std::string_view, 29> kKeys = {
+constexpr std::array<std::string_view, 29> kQwen2MoeKeys = {
     "vocab_size",    "hidden_size",     "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "intermediate_size", "max_position_embeddings", "tie_word_embeddings", "head_dim", "hidden_act",
     "rope_theta",    "rope_scaling",    "rope_parameters",   "rms_norm_eps",        "attention_dropout",
@@ -60,7 +60,7 @@ HfModelConfig read_qwen2_moe(const Keys& k) {
   json with_expert_width = k.doc();
   with_expert_width["intermediate_size"] = f;
   const Keys kk(with_expert_width, k.origin());
-  HfModelConfig out = llama_like::read(kk, kVariant);
+  HfModelConfig out = llama_like::read(kk, kQwen2MoeVariant);
   out.dims.qkv_bias = k.flag_or("qkv_bias", true);  // Qwen2MoeConfig's default (transformers 4: always biased)
   moe_like::Routing routing = moe_like::read_qwen_routing(k, "num_experts");
   routing.n_shared_experts = s / f;
@@ -75,21 +75,21 @@ bool qwen2_moe_holds(const ModelDims& d, const json& model) {
 }
 
 void qwen2_moe_write_config(const ModelDims& d, const json& model, json& out) {
-  llama_like::write(kVariant, d, model, out);
+  llama_like::write(kQwen2MoeVariant, d, model, out);
   moe_like::write_qwen_moe_keys(d, model, out);
   out["qkv_bias"] = d.qkv_bias;
   out["shared_expert_intermediate_size"] = d.n_shared_experts * d.ffn;
   out["use_sliding_window"] = false;
 }
 
-std::vector<TensorMap> qwen2_moe_map(const ModelDims& m) { return moe_like::tensor_map(m, kExperts); }
+std::vector<TensorMap> qwen2_moe_map(const ModelDims& m) { return moe_like::tensor_map(m, kQwen2MoeExperts); }
 
 }  // namespace
 
 HfArchitecture qwen2_moe_architecture() {
   HfArchitecture a = moe_like::architecture(Architecture::kQwen2Moe, "Qwen2MoeForCausalLM", "qwen2_moe",
                                             " (with a gated shared expert)");
-  a.keys = kKeys;
+  a.keys = kQwen2MoeKeys;
   a.read_config = read_qwen2_moe;
   a.holds = qwen2_moe_holds;
   a.write_config = qwen2_moe_write_config;

@@ -10,9 +10,9 @@
 namespace cleave::hf {
 namespace {
 
-constexpr llama_like::Variant kVariant{Architecture::kQwen3, false, false, true};
+constexpr llama_like::Variant kQwen3Variant{Architecture::kQwen3, false, false, true};
 
-constexpr std::array<std::string_view, 20> kKeys = {
+constexpr std::array<std::string_view, 20> kQwen3Keys = {
     "vocab_size",    "hidden_size",     "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "intermediate_size", "max_position_embeddings", "tie_word_embeddings", "head_dim", "hidden_act",
     "rope_theta",    "rope_scaling",    "rope_parameters",   "rms_norm_eps",        "attention_dropout",
@@ -25,8 +25,8 @@ bool qwen3_holds(const ModelDims& d, const nlohmann::json& model) {
 }  // namespace
 
 HfArchitecture qwen3_architecture() {
-  HfArchitecture a = llama_like::dense_architecture<kVariant>("Qwen3ForCausalLM", "qwen3", " (with q/k norms)");
-  a.keys = kKeys;
+  HfArchitecture a = llama_like::dense_architecture<kQwen3Variant>("Qwen3ForCausalLM", "qwen3", " (with q/k norms)");
+  a.keys = kQwen3Keys;
   a.holds = qwen3_holds;
   return a;
 }

@@ -21,11 +21,11 @@ namespace {
 
 using nlohmann::json;
 
-constexpr llama_like::Variant kVariant{Architecture::kQwen3Moe, false, false, true};
-constexpr moe_like::ExpertNames kExperts{"mlp", "gate", "gate_proj", "up_proj", "down_proj"};
+constexpr llama_like::Variant kQwen3MoeVariant{Architecture::kQwen3Moe, false, false, true};
+constexpr moe_like::ExpertNames kQwen3MoeExperts{"mlp", "gate", "gate_proj", "up_proj", "down_proj"};
 
 // The config.json keys Qwen3MoeForCausalLM reads that hf_config.cpp's common list does not hold.
-constexpr std::array<std::string_view, 29> kKeys = {
+constexpr std::array<std::string_view, 29> kQwen3MoeKeys = {
     "vocab_size",    "hidden_size",     "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "intermediate_size", "max_position_embeddings", "tie_word_embeddings", "head_dim", "hidden_act",
     "rope_theta",    "rope_scaling",    "rope_parameters",   "rms_norm_eps",        "attention_dropout",
@@ -52,7 +52,7 @@ HfModelConfig read_qwen3_moe(const Keys& k) {
   json with_expert_width = k.doc();
   with_expert_width["intermediate_size"] = k.size("moe_intermediate_size");
   const Keys kk(with_expert_width, k.origin());
-  HfModelConfig out = llama_like::read(kk, kVariant);
+  HfModelConfig out = llama_like::read(kk, kQwen3MoeVariant);
   const moe_like::Routing routing = moe_like::read_qwen_routing(k, experts);
   moe_like::to_moe_section(k, experts, routing, out);
   return out;
@@ -63,18 +63,18 @@ bool qwen3_moe_holds(const ModelDims& d, const json& model) {
 }
 
 void qwen3_moe_write_config(const ModelDims& d, const json& model, json& out) {
-  llama_like::write(kVariant, d, model, out);
+  llama_like::write(kQwen3MoeVariant, d, model, out);
   moe_like::write_qwen_moe_keys(d, model, out);
 }
 
-std::vector<TensorMap> qwen3_moe_map(const ModelDims& m) { return moe_like::tensor_map(m, kExperts); }
+std::vector<TensorMap> qwen3_moe_map(const ModelDims& m) { return moe_like::tensor_map(m, kQwen3MoeExperts); }
 
 }  // namespace
 
 HfArchitecture qwen3_moe_architecture() {
   HfArchitecture a =
       moe_like::architecture(Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", " (with q/k norms)");
-  a.keys = kKeys;
+  a.keys = kQwen3MoeKeys;
   a.read_config = read_qwen3_moe;
   a.holds = qwen3_moe_holds;
   a.write_config = qwen3_moe_write_config;

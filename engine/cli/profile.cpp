@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -29,6 +28,7 @@
 #include "engine/cli/commands.hpp"
 #include "engine/cli/profile_routing.hpp"
 #include "engine/cli/runtime_env.hpp"
+#include "engine/cli/utc_date.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/english.hpp"
 #include "engine/core/error.hpp"
@@ -97,13 +97,6 @@ per node you will train with.)");
              8, 0)
       .config_overrides();
   return p;
-}
-
-std::string today() {
-  const std::time_t now = std::time(nullptr);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%d", std::gmtime(&now));
-  return text;
 }
 
 // What one `cleave profile` run was asked for on the command line.
@@ -244,7 +237,7 @@ void describe_profile(planner::HardwareProfile& profile, const ProfileCommand& c
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   const int per_node = std::max(plan_world, machine.ranks_on_node);
   profile.name = fmt::format("this machine: {} ({} cores), {} x {}, profiled {}", machine.cpu_model, machine.cores,
-                             count_of(ranks, "rank"), count_of(machine.threads_per_rank, "thread"), today());
+                             count_of(ranks, "rank"), count_of(machine.threads_per_rank, "thread"), utc_date_today());
   profile.ranks_per_node = per_node;
   // The tables were timed with this node's ranks sharing its cores: a plan with more ranks per node is
   // priced by its smaller share (HardwareProfile::core_sharing).

@@ -18,6 +18,7 @@
 
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
+#include "engine/cli/utc_date.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/core/progress.hpp"
@@ -59,13 +60,6 @@ Device parse_device(const std::string& text) {
     return Device::cuda(std::stoi(text.substr(5)));
   }
   throw InputError(fmt::format("profile --gemm: --device {} is not cpu or cuda:N", text));
-}
-
-std::string today() {
-  const std::time_t now = std::time(nullptr);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%d", std::gmtime(&now));
-  return text;
 }
 
 // "efficiency bf16 at 1e9/1e10/1e11 FLOPs: 0.52/0.70/0.75 (assumed 0.42/0.62/0.70)": the measured curve against the
@@ -212,7 +206,7 @@ int run_profile_gemm(int argc, char** argv) {
   const CheckedElements checks = print_timings(result, base);
   const double worst = checks.worst;
   const int checked = checks.checked;
-  const std::string date = today();
+  const std::string date = utc_date_today();
   const std::string name = fmt::format("{} (GEMM efficiency measured {}; peaks, links and memory bandwidth from {})",
                                        what.name, date, base.name);
   const std::string source = fmt::format(

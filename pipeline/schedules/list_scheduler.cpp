@@ -12,7 +12,7 @@
 namespace cleave::pipeline::detail {
 namespace {
 
-constexpr double kUnknown = std::numeric_limits<double>::infinity();
+constexpr double kNotYetKnown = std::numeric_limits<double>::infinity();
 
 void check_inputs(int p, int m, const ListScheduleCosts& costs, const ListSchedulePolicy& policy) {
   const auto np = static_cast<std::size_t>(p);
@@ -35,17 +35,17 @@ void check_inputs(int p, int m, const ListScheduleCosts& costs, const ListSchedu
 class ListScheduler {
  public:
   ListScheduler(int p, int m, const ListScheduleCosts& costs, const ListSchedulePolicy& policy)
-      : p_(p), m_(m), costs_(costs), policy_(policy), f_end_(p, std::vector<double>(m, kUnknown)),
-        i_end_(p, std::vector<double>(m, kUnknown)), f_(p, 0), i_(p, 0), w_(p, 0), next_(p, 0.0), out_(p),
-        wait_until_(p, kUnknown), waiting_(p, false) {}
+      : p_(p), m_(m), costs_(costs), policy_(policy), f_end_(p, std::vector<double>(m, kNotYetKnown)),
+        i_end_(p, std::vector<double>(m, kNotYetKnown)), f_(p, 0), i_(p, 0), w_(p, 0), next_(p, 0.0), out_(p),
+        wait_until_(p, kNotYetKnown), waiting_(p, false) {}
 
   std::vector<std::vector<Action>> run() && {
     for (;;) {
-      double now = kUnknown;
+      double now = kNotYetKnown;
       for (int r = 0; r < p_; ++r) {
         if (!finished(r)) now = std::min(now, next_[r]);
       }
-      if (now == kUnknown) break;  // every rank finished
+      if (now == kNotYetKnown) break;  // every rank finished
       for (int r = 0; r < p_; ++r) {
         waiting_[r] = false;
         if (finished(r) || next_[r] != now) continue;
@@ -60,12 +60,12 @@ class ListScheduler {
   double f_arrival(int r) const {
     if (r == 0) return 0.0;
     const double end = f_end_[r - 1][f_[r]];
-    return end == kUnknown ? kUnknown : end + costs_.transfer[r - 1];
+    return end == kNotYetKnown ? kNotYetKnown : end + costs_.transfer[r - 1];
   }
   double i_arrival(int r) const {
     if (r == p_ - 1) return f_end_[r][i_[r]];
     const double end = i_end_[r + 1][i_[r]];
-    return end == kUnknown ? kUnknown : end + costs_.transfer[r];
+    return end == kNotYetKnown ? kNotYetKnown : end + costs_.transfer[r];
   }
   bool finished(int r) const { return w_[r] == m_; }
 
@@ -73,15 +73,15 @@ class ListScheduler {
   // allowed, else a W when memory binds or the gap to its next input fits one; otherwise it waits.
   void decide(int r, double now) {
     const bool i_pending = i_[r] < f_[r];
-    const double i_at = i_pending ? i_arrival(r) : kUnknown;
+    const double i_at = i_pending ? i_arrival(r) : kNotYetKnown;
     const double used = (f_[r] - i_[r]) + policy_.weight_stash_fraction * (i_[r] - w_[r]);
     const bool f_left = f_[r] < m_;
     const bool f_memory = used + 1.0 <= policy_.memory_limit[r] + 1e-9;
     const bool f_allowed = f_left && f_memory && f_[r] - i_[r] < policy_.forward_ahead[r];
-    const double f_at = f_allowed ? f_arrival(r) : kUnknown;
+    const double f_at = f_allowed ? f_arrival(r) : kNotYetKnown;
     const bool w_pending = w_[r] < i_[r];
 
-    const bool f_fits = !policy_.forward_fits_only || i_at == kUnknown || now + costs_.forward[r] <= i_at;
+    const bool f_fits = !policy_.forward_fits_only || i_at == kNotYetKnown || now + costs_.forward[r] <= i_at;
     const bool i_ready = i_pending && i_at <= now;
     const bool f_ready = f_allowed && f_at <= now && f_fits;
     if (i_ready && !(policy_.prefer_forward && f_ready)) {
@@ -99,7 +99,7 @@ class ListScheduler {
       return;
     }
     // The next input this rank could use: the I's gradient, or the F's activation unless the F is held back.
-    const double input_at = std::min(i_at, f_fits ? f_at : kUnknown);
+    const double input_at = std::min(i_at, f_fits ? f_at : kNotYetKnown);
     const bool memory_bound = f_left && !f_memory;
     const bool fill_gap = policy_.defer_weights ? !f_left
                                                 : input_at - now >= policy_.weight_fill * costs_.backward_weight[r];
@@ -109,7 +109,7 @@ class ListScheduler {
       return;
     }
     waiting_[r] = true;
-    wait_until_[r] = kUnknown;
+    wait_until_[r] = kNotYetKnown;
     for (double at : {i_at, f_at}) {
       if (at > now) wait_until_[r] = std::min(wait_until_[r], at);
     }
@@ -119,14 +119,14 @@ class ListScheduler {
   // decision, another waiting rank's known arrival), whichever comes first: an unknown arrival can only
   // become known at such an event.
   void reschedule_waiting(double now) {
-    double event = kUnknown;
+    double event = kNotYetKnown;
     for (int r = 0; r < p_; ++r) {
       if (!finished(r)) event = std::min(event, waiting_[r] ? wait_until_[r] : next_[r]);
     }
     for (int r = 0; r < p_; ++r) {
       if (!waiting_[r]) continue;
       next_[r] = std::min(wait_until_[r], event);
-      if (!(next_[r] != kUnknown && next_[r] > now)) {
+      if (!(next_[r] != kNotYetKnown && next_[r] > now)) {
         std::string state;
         for (int q = 0; q < p_; ++q) {
           state += fmt::format(" [r{} f{} i{} w{} next{} waiting{} until{}]", q, f_[q], i_[q], w_[q], next_[q],
@@ -140,7 +140,7 @@ class ListScheduler {
   const int p_, m_;
   const ListScheduleCosts& costs_;
   const ListSchedulePolicy& policy_;
-  std::vector<std::vector<double>> f_end_, i_end_;  // end times per (stage, micro-batch); kUnknown until decided
+  std::vector<std::vector<double>> f_end_, i_end_;  // end times per (stage, micro-batch); kNotYetKnown until decided
   std::vector<int> f_, i_, w_;                       // per rank: its next F, I and W micro-batch
   std::vector<double> next_;                         // per rank: when it next decides
   std::vector<std::vector<Action>> out_;

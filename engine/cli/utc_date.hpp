@@ -1,4 +1,5 @@
-// Today's date in UTC as YYYY-MM-DD: the date `cleave profile` writes into a profile's name and its `profiled` key.
+// Today's date in UTC as YYYY-MM-DD: the date `cleave profile` and `cleave profile --gemm` write into the
+// profile's name.
 #pragma once
 
 #include <ctime>

@@ -181,20 +181,25 @@ TpBlockComm tp_block_comm(const BlockSpec& block, DType dtype, int tp, bool sequ
   const auto b = static_cast<std::int64_t>(dtype_size(dtype));
   const bool sp = sequence_parallel;
   using Op = TpCollectiveOp;
+  constexpr TpBatching kEach = TpBatching::kPerSample;
   switch (block.kind) {
     case BlockKind::kEmbedding: {
       // The tokens from the ids' shape [T] (seq_len counts learned positions: 0 for llama).
       const std::int64_t stream = block.input.numel() * block.out_features * b;
-      c.forward.push_back({sp ? Op::kReduceScatter : Op::kAllReduce, stream});
-      if (sp) c.input_grad.push_back({Op::kAllGather, stream});
+      if (sp) {
+        c.forward.push_back({Op::kReduceScatter, stream, kEach});
+        c.input_grad.push_back({Op::kAllGather, stream, kEach});
+      } else {
+        c.forward.push_back({Op::kAllReduce, stream});
+      }
       break;
     }
     case BlockKind::kLmHead: {
       const std::int64_t stream = block.input.rows() * block.in_features * b;
       if (sp) {
-        c.forward.push_back({Op::kAllGather, stream});
-        c.input_grad.push_back({Op::kReduceScatter, stream});
-        c.weight_grad.push_back({Op::kAllGather, stream});
+        c.forward.push_back({Op::kAllGather, stream, kEach});
+        c.input_grad.push_back({Op::kReduceScatter, stream, kEach});
+        c.weight_grad.push_back({Op::kAllGather, stream, kEach});
       } else {
         c.input_grad.push_back({Op::kAllReduce, stream});
       }
@@ -209,6 +214,20 @@ TpBlockComm tp_block_comm(const BlockSpec& block, DType dtype, int tp, bool sequ
     default: break;  // the final norm: no collective (replicated, or a sequence shard)
   }
   return c;
+}
+
+void add_tp_region(TpBlockComm& c, std::int64_t stream, bool sequence_parallel, bool regathers_input) {
+  using Op = TpCollectiveOp;
+  constexpr TpBatching kEach = TpBatching::kPerSample;
+  if (!sequence_parallel) {
+    c.forward.push_back({Op::kAllReduce, stream});
+    c.input_grad.insert(c.input_grad.begin(), {Op::kAllReduce, stream});
+    return;
+  }
+  c.forward.push_back({Op::kAllGather, stream, kEach});      // the column-parallel input
+  c.forward.push_back({Op::kReduceScatter, stream, kEach});  // the row-parallel output
+  c.input_grad.insert(c.input_grad.begin(), {{Op::kAllGather, stream, kEach}, {Op::kReduceScatter, stream, kEach}});
+  if (regathers_input) c.weight_grad.push_back({Op::kAllGather, stream, kEach});
 }
 
 std::int64_t unique_param_count(const ModelSpec& spec, std::size_t first_block, std::size_t last_block) {

@@ -138,26 +138,47 @@ std::vector<BlockCost> model_costs(const ModelSpec& spec, DType dtype = DType::k
                                    Recompute recompute = Recompute::kNone, int tp = 1,
                                    bool sequence_parallel = false);
 
-// The tensor-parallel collectives of one block for one sample on one tp rank, per pass (the bytes are each
-// collective's whole tensor: an all-reduce's buffer, a reduce-scatter's input, an all-gather's output). Plain
-// tp: a transformer block all-reduces [T, D] twice in forward (attention proj, fc2) and twice in backward_input
-// (qkv, fc1); the vocab-parallel embedding once in forward, the lm head once in backward_input, the loss its
-// [T] row maxima and [2, T] sums in forward. Sequence parallelism: each of those [T, D] all-reduces becomes a
-// reduce-scatter or an all-gather of the same [T, D] (the embedding's and each row-parallel output's
-// reduce-scatter and each column-parallel input's all-gather in forward; dy's all-gather and dx's
-// reduce-scatter in backward_input), and every column-parallel input is all-gathered again in backward_weight.
+// The tensor-parallel collectives of one block on one tp rank, per pass and in the order the layers post them (the
+// bytes are each collective's whole tensor: an all-reduce's buffer, a reduce-scatter's input, an all-gather's output;
+// per sample unless kFixed). Plain tp: a transformer block (gpt, llama; a moe block's attention) all-reduces [T, D]
+// twice in forward (the attention's output projection, the MLP's down projection) and twice in backward_input (the
+// summed input gradients of the projections that share an input: q|k|v, fc1 or gate|up); Qwen3's q/k norms
+// all-reduce their [head_dim] weight-gradient shares in backward_weight; a moe block's mixture all-reduces its output
+// in forward, and in backward_input the combine weights' gradient [T, k] (f32) and its input gradient; the
+// vocab-parallel embedding once in forward, the lm head once in backward_input, the loss its [T] row maxima and
+// [2, T] sums in forward. Sequence parallelism: each of those [T, D] all-reduces becomes a reduce-scatter or an
+// all-gather of the same [T, D] (the embedding's and each row-parallel output's reduce-scatter and each
+// column-parallel input's all-gather in forward; dy's all-gather and dx's reduce-scatter in backward_input), posted
+// per sample (kPerSample: a sample's sequence is contiguous, layers/parallel/tp_util.hpp), and every column-parallel
+// input is all-gathered again in backward_weight (not the mixture's: it keeps its gathered input).
 // On a ring the bytes each rank moves are (tp-1)/tp of the tensor for a reduce-scatter or an all-gather and
 // twice that for an all-reduce, so a forward all-reduce (2 x) becomes an all-gather plus a reduce-scatter
 // (1 + 1): same bytes, one more collective; backward_weight's all-gathers are what sequence parallelism adds.
-// Full recomputation repeats the forward's collectives in backward_input. Empty when tp == 1.
+// Full recomputation repeats the forward's collectives in backward_input, first. Empty when tp == 1. Proven against
+// the collectives the layers post at tp 2 (tests/support/tp_collectives.hpp: gpt, llama, moe, every recompute mode,
+// with and without sequence parallelism).
 enum class TpCollectiveOp { kAllReduce, kReduceScatter, kAllGather };
+// How a collective follows the micro-batch of b samples.
+enum class TpBatching {
+  kWhole,      // one collective of b × bytes: the micro-batch's tensor
+  kPerSample,  // b collectives of `bytes` each, posted together before any is waited for
+  kFixed,      // one collective of `bytes`, whatever b (a weight gradient's share)
+};
 struct TpCollective {
   TpCollectiveOp op = TpCollectiveOp::kAllReduce;
   std::int64_t bytes = 0;
+  TpBatching batching = TpBatching::kWhole;
 };
 struct TpBlockComm {
   std::vector<TpCollective> forward, input_grad, weight_grad;
 };
+// One tensor-parallel region of a block, appended to `c`'s passes (its backward_input part at the front of what is
+// there: the backward runs the block's regions in reverse): entered by column-parallel projections that share its
+// input, left by a row-parallel one, [T, D] of `stream` bytes per sample. Plain tp: an all-reduce of the output in F,
+// of the summed input gradient in I; sequence parallelism: the input's all-gather and the output's reduce-scatter in
+// F, dy's all-gather and dx's reduce-scatter in I, the input's all-gather again in W (when `regathers_input`), each
+// per sample.
+void add_tp_region(TpBlockComm& c, std::int64_t stream, bool sequence_parallel, bool regathers_input = true);
 TpBlockComm tp_block_comm(const BlockSpec& block, DType dtype, int tp, bool sequence_parallel,
                           Recompute recompute = Recompute::kNone);
 

@@ -201,16 +201,20 @@ double router_bias_update_s(const TermContext& c, int routed_layers);
 // under compute, and the bytes this rank sends per step.
 struct BlockCollectives {
   double forward_s = 0, backward_s = 0, rerun_s = 0;
+  double weight_grad_s = 0;  // in W (tp: sequence parallelism's all-gathers again, Qwen3's q/k norm gradients)
   double hidden_forward_s = 0, hidden_backward_s = 0;
   double bytes = 0;
   // The meetings with the group's peers per micro-batch (one per collective or ring hop), in F and in I (its rerun
   // included): each waits the profile's sync_wait_per_meeting (meeting_wait_s), exposed or hidden alike.
-  double meetings_forward = 0, meetings_backward = 0;
+  double meetings_forward = 0, meetings_backward = 0, meetings_weight = 0;
   // The handoffs those meetings wait where ranks outnumber cores (collective_handoffs of each collective, summed).
-  double handoffs_forward = 0, handoffs_backward = 0;
+  double handoffs_forward = 0, handoffs_backward = 0, handoffs_weight = 0;
 };
-// Tensor parallelism: 2 all-reduces of [micro, T/cp, D] in F and 2 in I per transformer block, 1 in F for the
-// vocab-parallel embedding; sequence parallelism's reduce-scatter + all-gather of the same tensor in their place.
+// Tensor parallelism: the block's collectives per pass as partition::tp_block_comm lists what its layers post (a
+// transformer block's 2 all-reduces of [micro, T/cp, D] in F and 2 in I, the vocab-parallel embedding's, lm head's and
+// loss's, a moe block's combine-weight gradient and shared experts; sequence parallelism's reduce-scatters and
+// all-gathers in their place, posted per sample, and its all-gathers again in W), on the intra-node link; a full
+// rerun's F collectives again in I.
 BlockCollectives tensor_parallel_collectives(const TermContext& c, int block);
 // Megatron-Core's tp communication overlap (SearchOptions::overlap_tp_comm): each of a block's tp exchanges runs
 // under the GEMMs of the same pass (Transformer Engine's userbuffers split the GEMM and the all-gather /

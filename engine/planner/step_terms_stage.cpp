@@ -33,13 +33,14 @@ struct StageBlocks {
 // computing rank gives its core up (add_ep_core_holder_waits, add_group_core_holder_waits).
 void count_meetings(const TermContext& c, const BlockCollectives& tp, const BlockCollectives& cp,
                     const BlockCollectives& ep, StageCosts& st) {
-  st.meetings += tp.meetings_forward + tp.meetings_backward + cp.meetings_forward + cp.meetings_backward;
+  st.meetings += tp.meetings_forward + tp.meetings_backward + tp.meetings_weight + cp.meetings_forward +
+                 cp.meetings_backward;
   // The peers each waits for: a tp collective's and a cp all-to-all's group less the rank, a ring hop's neighbour.
   const double tp_peers = c.choice->tp - 1;
   const double cp_peers = c.choice->cp_comm == config::ContextParallelComm::kAllToAll ? c.choice->cp - 1 : 1.0;
   GroupPeers& g = st.group_peers;
   g.tp_forward += tp.meetings_forward * tp_peers;
-  g.tp_backward += tp.meetings_backward * tp_peers;
+  g.tp_backward += (tp.meetings_backward + tp.meetings_weight) * tp_peers;
   g.cp_forward += cp.meetings_forward * cp_peers;
   g.cp_backward += cp.meetings_backward * cp_peers;
   if (ep.forward_s <= 0) return;  // no routed experts under ep
@@ -86,6 +87,7 @@ void add_block(const TermContext& c, int b, double warm, StageCosts& st, StageBl
   st.forward[T::kTensorParallel] += tp.forward_s + meeting_wait_s(c, tp.meetings_forward, tp.handoffs_forward);
   st.input_grad[T::kTensorParallel] +=
       tp.backward_s + tp.rerun_s + meeting_wait_s(c, tp.meetings_backward, tp.handoffs_backward);
+  st.weight_grad[T::kTensorParallel] += tp.weight_grad_s + meeting_wait_s(c, tp.meetings_weight, tp.handoffs_weight);
   st.forward[T::kContextParallel] += cp.forward_s + meeting_wait_s(c, cp.meetings_forward, cp.handoffs_forward);
   st.input_grad[T::kContextParallel] +=
       cp.backward_s + cp.rerun_s + meeting_wait_s(c, cp.meetings_backward, cp.handoffs_backward);

@@ -1,15 +1,67 @@
-// The tensor_parallel term (docs/planner.md, "The step, term by term"): a block's tp all-reduces (or sequence
-// parallelism's reduce-scatter + all-gather) per micro-batch, on the intra-node link, and what Megatron-Core's tp
-// communication overlap hides of them under the same pass's compute. Invariant: a second of compute hides at
+// The tensor_parallel term (docs/planner.md, "The step, term by term"): a block's tp collectives per micro-batch, as
+// the cost model lists what its layers post (partition::tp_block_comm: all-reduces, or sequence parallelism's
+// reduce-scatters and all-gathers, in F, I and W), on the intra-node link, and what Megatron-Core's tp communication
+// overlap hides of them under the same pass's compute. Invariant: a second of compute hides at
 // most one transfer, so the overlap gets only what context parallelism's ring left of the pass.
 #include "engine/planner/step_terms.hpp"
 
 #include <algorithm>
+#include <vector>
+
+#include "partition/cost_model.hpp"
 
 namespace cleave::planner {
 
 using partition::Collective;
 using partition::Recompute;
+
+namespace {
+
+Collective collective_of(partition::TpCollectiveOp op) {
+  switch (op) {
+    case partition::TpCollectiveOp::kAllReduce: return Collective::kAllReduce;
+    case partition::TpCollectiveOp::kReduceScatter: return Collective::kReduceScatter;
+    case partition::TpCollectiveOp::kAllGather: return Collective::kAllGather;
+  }
+  return Collective::kAllReduce;
+}
+
+Exchange exchange_of(partition::TpCollectiveOp op) {
+  switch (op) {
+    case partition::TpCollectiveOp::kAllReduce: return Exchange::kAllReduce;
+    case partition::TpCollectiveOp::kReduceScatter: return Exchange::kReduceScatter;
+    case partition::TpCollectiveOp::kAllGather: return Exchange::kAllGather;
+  }
+  return Exchange::kAllReduce;
+}
+
+// One pass's tp collectives for a micro-batch (the cost model's list, per sample and at the full sequence): each
+// kWhole one collective of micro × bytes ÷ cp; each kPerSample micro collectives of bytes ÷ cp, one after the other
+// (their latency micro times) but posted together, so one meeting; each kFixed one of its bytes. A meeting and its
+// handoffs per entry of the list; `bytes`: what a rank sends of them on a ring.
+struct PassPrice {
+  double seconds = 0, meetings = 0, handoffs = 0, bytes = 0;
+};
+PassPrice price_pass(const TermContext& c, const std::vector<partition::TpCollective>& list) {
+  const PlanChoice& choice = *c.choice;
+  const Link& link = c.profile->intra_node;
+  PassPrice p;
+  for (const partition::TpCollective& x : list) {
+    const double sample = static_cast<double>(x.bytes) / choice.cp;
+    const double bytes = x.batching == partition::TpBatching::kFixed ? static_cast<double>(x.bytes)
+                         : x.batching == partition::TpBatching::kWhole ? c.micro * sample
+                                                                       : sample;
+    const double posts = x.batching == partition::TpBatching::kPerSample ? c.micro : 1.0;
+    const Collective op = collective_of(x.op);
+    p.seconds += posts * c.collective_s(op, bytes, choice.tp, link);
+    p.meetings += 1;
+    p.handoffs += collective_handoffs(exchange_of(x.op), choice.tp, c.ranks_per_core);
+    p.bytes += posts * ring_bytes(bytes, choice.tp, op == Collective::kAllReduce);
+  }
+  return p;
+}
+
+}  // namespace
 
 BlockCollectives tensor_parallel_collectives(const TermContext& c, int b) {
   const PlanChoice& choice = *c.choice;
@@ -17,39 +69,23 @@ BlockCollectives tensor_parallel_collectives(const TermContext& c, int b) {
   BlockCollectives x;
   if (choice.tp <= 1 || !partition::is_language_model(spec.type)) return x;
   const auto& block = spec.blocks[static_cast<std::size_t>(b)];
-  const auto sizes = spec.token_sizes();
-  const double activation = c.micro * static_cast<double>(sizes.seq_len / choice.cp * sizes.d_model) * c.act_bytes;
-  const Link& link = c.profile->intra_node;
-  // One tp all-reduce of [micro, T, D]; under sequence parallelism a reduce-scatter and an all-gather of the same
-  // tensor take its place (the same bytes on the wire).
-  const double exchange = choice.sequence_parallel
-                              ? c.collective_s(Collective::kReduceScatter, activation, choice.tp, link) +
-                                    c.collective_s(Collective::kAllGather, activation, choice.tp, link)
-                              : c.collective_s(Collective::kAllReduce, activation, choice.tp, link);
-  double exchanges = 0;
-  const double meetings = choice.sequence_parallel ? 2 : 1;  // collectives per exchange
-  const double rpc = c.ranks_per_core;  // their handoffs per exchange: 2 phases either way
-  const double handoffs = choice.sequence_parallel ? collective_handoffs(Exchange::kReduceScatter, choice.tp, rpc) +
-                                                         collective_handoffs(Exchange::kAllGather, choice.tp, rpc)
-                                                   : collective_handoffs(Exchange::kAllReduce, choice.tp, rpc);
-  if (partition::is_repeated_layer(block.kind)) {
-    x.forward_s = 2 * exchange;
-    x.backward_s = 2 * exchange;
-    // Full recomputation reruns the forward, its two exchanges included, inside I.
-    const bool full = choice.recompute == Recompute::kFull;
-    x.rerun_s = full ? 2 * exchange : 0.0;
-    exchanges = full ? 6 : 4;
-    x.meetings_forward = 2 * meetings;
-    x.meetings_backward = (full ? 4 : 2) * meetings;
-    x.handoffs_forward = 2 * handoffs;
-    x.handoffs_backward = (full ? 4 : 2) * handoffs;
-  } else if (block.kind == partition::BlockKind::kEmbedding) {
-    x.forward_s = exchange;
-    exchanges = 1;
-    x.meetings_forward = meetings;
-    x.handoffs_forward = handoffs;
-  }
-  x.bytes = c.micro_batches * exchanges * ring_bytes(activation, choice.tp, true);
+  // The rerun is priced apart: the list without recomputation, its forward again in I.
+  const partition::TpBlockComm comm =
+      partition::tp_block_comm(block, c.dtype, choice.tp, choice.sequence_parallel, Recompute::kNone);
+  const PassPrice f = price_pass(c, comm.forward), i = price_pass(c, comm.input_grad), w = price_pass(c, comm.weight_grad);
+  // Full recomputation reruns the repeated layers (the model's blocks), not the embedding, head or loss.
+  const bool full = choice.recompute == Recompute::kFull && partition::is_repeated_layer(block.kind);
+  x.forward_s = f.seconds;
+  x.backward_s = i.seconds;
+  x.rerun_s = full ? f.seconds : 0.0;
+  x.weight_grad_s = w.seconds;
+  x.meetings_forward = f.meetings;
+  x.meetings_backward = i.meetings + (full ? f.meetings : 0.0);
+  x.meetings_weight = w.meetings;
+  x.handoffs_forward = f.handoffs;
+  x.handoffs_backward = i.handoffs + (full ? f.handoffs : 0.0);
+  x.handoffs_weight = w.handoffs;
+  x.bytes = c.micro_batches * ((full ? 2 : 1) * f.bytes + i.bytes + w.bytes);
   return x;
 }
 

@@ -12,7 +12,8 @@
 // [B, T, D]. Positions start at 0 for token 0 of every sample (training sees whole windows).
 // Sequence parallelism (Context::sequence_parallel): x and y are sequence shards [B, T/tp, D]; q, k, v
 // gather the full sequence and o reduce-scatters back, so the core and rope always see all T positions;
-// q, k and v share one all-gather of x and one reduce-scatter of their summed dx (shared_input.hpp).
+// q, k and v share one all-gather of x and one reduce-scatter (without sequence parallelism: one all-reduce) of their
+// summed dx (shared_input.hpp).
 //
 // Per-head q/k norms (Qwen3, LlamaHeads::qk_norm): q and k each pass a HeadRmsNorm over hd columns per head
 // ("<prefix>.q_norm.weight", "<prefix>.k_norm.weight" [hd]) between their projection and the rotary embedding.
@@ -71,7 +72,7 @@ class LlamaAttention final : public Layer, public RecomputableScores {
   bool recompute_scores_ = false;
   LayerPtr q_, k_, v_, o_;
   QkNorms norms_;  // null without qk norms
-  SharedInputParts qkv_{{q_.get(), k_.get(), v_.get()}};  // one gather / reduce-scatter under sequence parallelism
+  SharedInputParts qkv_{{q_.get(), k_.get(), v_.get()}};  // one gather / one reduction of dx over tp
   std::string who_ = make_who();  // last: built once from the members above, so no call builds a string
 };
 

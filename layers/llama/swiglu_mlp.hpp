@@ -4,8 +4,9 @@
 // One implementation serves every layout; only the three projections differ: Linears on one rank;
 // ColumnParallelLinear gate and up with RowParallelLinear down under tensor parallelism (make_swiglu_mlp),
 // SwiGLU then running on the local F / tp columns. The gate and up parts map [..., D] to [..., F_local];
-// the down part [..., F_local] to [..., D]. Under sequence parallelism gate and up share one all-gather of x
-// and one reduce-scatter of their summed dx (layers/parallel/shared_input.hpp).
+// the down part [..., F_local] to [..., D]. Under tensor parallelism gate and up share one reduction of their
+// summed dx (an all-reduce; under sequence parallelism a reduce-scatter, and one all-gather of x)
+// (layers/parallel/shared_input.hpp).
 //
 // Stash layout: tensors {gate output, up output}, children {gate, up, down}. backward_input releases the
 // two tensors; the children keep what their weight gradients need.
@@ -37,7 +38,7 @@ class SwigluMlp final : public Layer {
   std::string prefix_;
   bool tensor_parallel_ = false;
   LayerPtr gate_, up_, down_;
-  SharedInputParts gate_up_{{gate_.get(), up_.get()}};  // one gather / reduce-scatter under sequence parallelism
+  SharedInputParts gate_up_{{gate_.get(), up_.get()}};  // one gather / one reduction of dx over tp
   std::string who_ = make_who();  // last: built once from the members above, so no call builds a string
 };
 

@@ -88,9 +88,10 @@ void ColumnParallelLinear::backward_input_into(const Tensor& dy, const Tensor& d
                                                Context& ctx) {
   const Tensor& x = stash_at(stash, 0, who());
   check_input(ctx, dy, DType::kF32, local_.out_features(), 3, who(), "dy");
-  CLEAVE_ASSERT(dy.dim(0) == x.dim(0) && dy.dim(1) == x.dim(1) * tp_size_ &&
+  const std::int64_t shards = sequence_parallel(ctx, tp_size_) ? tp_size_ : 1;  // x: a sequence shard, or whole
+  CLEAVE_ASSERT(dy.dim(0) == x.dim(0) && dy.dim(1) == x.dim(1) * shards &&
                     dx_full.shape() == with_last(dy.shape(), local_.in_features()),
-                "{}: dy {} / dx {} is not the full sequence of the shard x {}", who(), dy.shape().str(),
+                "{}: dy {} / dx {} is not the full sequence of the x {}", who(), dy.shape().str(),
                 dx_full.shape().str(), x.shape().str());
   ops::GemmOptions options;
   options.beta = accumulate ? 1.0f : 0.0f;

@@ -47,9 +47,10 @@ class ColumnParallelLinear final : public Layer {
   void backward_weight(Stash& stash, Context& ctx) override;
   std::vector<std::shared_ptr<Param>> params() const override { return local_.params(); }
 
-  // Sequence-parallel steps for a caller that gathers the input once for several parts (shared_input.hpp).
-  // forward_gathered: y from `full` (the all-gather of the shard x), stash {x}. backward_input_into: this
-  // rank's partial dx [B, T, in] written to (or, with `accumulate`, added to) dx_full, stash {x, dy}.
+  // Steps for a caller that gathers the input once for several parts (shared_input.hpp), under sequence
+  // parallelism: forward_gathered: y from `full` (the all-gather of the shard x), stash {x}. backward_input_into
+  // (also without sequence parallelism, x then whole): this rank's partial dx [B, T, in] written to (or, with
+  // `accumulate`, added to) dx_full, not reduced over tp, stash {x, dy}.
   // backward_weight_gathered: the weight gradient from `full`, the all-gather of the stashed x.
   Tensor forward_gathered(const Tensor& x, const Tensor& full, Stash& stash, Context& ctx);
   void backward_input_into(const Tensor& dy, const Tensor& dx_full, bool accumulate, Stash& stash, Context& ctx);

@@ -1,4 +1,5 @@
-// SharedInputParts: one all-gather / one reduce-scatter for projections sharing an input (shared_input.hpp).
+// SharedInputParts: one all-gather / one reduce-scatter (or all-reduce) for projections sharing an input
+// (shared_input.hpp).
 #include "layers/parallel/shared_input.hpp"
 
 #include "engine/core/error.hpp"
@@ -29,6 +30,8 @@ bool SharedInputParts::shared(const Context& ctx) const {
   return !columns_.empty() && sequence_parallel(ctx, columns_.front()->tp_size());
 }
 
+bool SharedInputParts::sums_once() const { return !columns_.empty() && columns_.front()->tp_size() > 1; }
+
 void SharedInputParts::forward(const Tensor& x, std::span<Stash* const> stashes, std::span<Tensor> out,
                                Context& ctx) const {
   CLEAVE_ASSERT(stashes.size() == parts_.size() && out.size() == parts_.size(),
@@ -49,7 +52,7 @@ Tensor SharedInputParts::backward_input(std::span<const Tensor> dys, std::span<S
   CLEAVE_ASSERT(dys.size() == parts_.size() && stashes.size() == parts_.size(),
                 "SharedInputParts: {} gradients and {} stashes for {} parts", dys.size(), stashes.size(),
                 parts_.size());
-  if (!shared(ctx)) {
+  if (!sums_once()) {
     Tensor dx = parts_.front()->backward_input(dys.front(), *stashes.front(), ctx);
     for (std::size_t i = 1; i < parts_.size(); ++i) {
       ops::add_inplace(ctx, dx, parts_[i]->backward_input(dys[i], *stashes[i], ctx));
@@ -61,7 +64,11 @@ Tensor SharedInputParts::backward_input(std::span<const Tensor> dys, std::span<S
   for (std::size_t i = 0; i < parts_.size(); ++i) {
     columns_[i]->backward_input_into(dys[i], dx_partial, /*accumulate=*/i > 0, *stashes[i], ctx);
   }
-  return sequence_reduce_scatter(dx_partial, ctx, first.tp_size(), first.tp_rank(), "shared column-parallel input");
+  if (shared(ctx)) {
+    return sequence_reduce_scatter(dx_partial, ctx, first.tp_size(), first.tp_rank(), "shared column-parallel input");
+  }
+  tp_all_reduce(dx_partial, comm::ReduceOp::kSum, ctx, first.tp_size(), first.tp_rank(), "shared column-parallel input");
+  return dx_partial;
 }
 
 void SharedInputParts::backward_weight(std::span<Stash* const> stashes, Context& ctx) const {

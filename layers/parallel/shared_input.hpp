@@ -7,8 +7,12 @@
 // partial instead of one per part. The parameters, their names and shapes and the forward values are those of
 // the parts run one by one; the input gradient differs only in the order of the tp sum.
 //
-// Otherwise (no sequence parallelism, tp 1, or a part that is not a ColumnParallelLinear) each part runs on its
-// own: forward in order, input gradients summed in part order, weight gradients in order.
+// Without sequence parallelism at tp > 1 the parts' partial input gradients are accumulated the same way before ONE
+// all-reduce of [B, T, in] (Megatron's fused qkv and gate/up projections post one too): 2 all-reduces per llama
+// block's backward where each part's own made 5 (tests/support/tp_collectives.hpp counts them).
+//
+// Otherwise (tp 1, or a part that is not a ColumnParallelLinear) each part runs on its own: forward in order,
+// input gradients summed in part order, weight gradients in order.
 //
 // Invariant: stashes[i] is parts[i]'s stash; all parts' forward saw the same x (so their stashed shards are one
 // tensor). Lists are spans over the caller's fixed arrays: a call allocates no list.
@@ -34,7 +38,8 @@ class SharedInputParts {
   void backward_weight(std::span<Stash* const> stashes, Context& ctx) const;
 
  private:
-  bool shared(const Context& ctx) const;
+  bool shared(const Context& ctx) const;     // sequence parallelism: one gather and one reduce-scatter
+  bool sums_once() const;                    // tp > 1: one reduction of the summed partial input gradients
 
   std::vector<Layer*> parts_;
   std::vector<ColumnParallelLinear*> columns_;  // the same parts when all are column-parallel, else empty

@@ -128,26 +128,13 @@ BlockWork transformer_block_work(const BlockSpec& block, DType dtype, Recompute 
 
 }  // namespace work
 
-// Plain tp: [T, D] all-reduced twice in forward (attention proj, fc2) and twice in backward_input (qkv, fc1);
-// sequence parallelism: each becomes an all-gather and a reduce-scatter, plus the column-parallel inputs'
-// all-gathers again in backward_weight; full recomputation repeats the forward's inside backward_input.
+// Two tp regions (attention: qkv ... proj; mlp: fc1 ... fc2) of [T, D] (cost_model.hpp, add_tp_region); full
+// recomputation repeats the forward's inside backward_input.
 TpBlockComm transformer_tp_comm(const BlockSpec& block, DType dtype, int /*tp*/, bool sp, Recompute recompute) {
   TpBlockComm c;
-  using Op = TpCollectiveOp;
-  const auto b = static_cast<std::int64_t>(dtype_size(dtype));
-  const std::int64_t stream = block.seq_len * block.in_features * b;
-  for (int part = 0; part < 2; ++part) {  // attention (qkv, proj), mlp (fc1, fc2)
-    if (sp) {
-      c.forward.push_back({Op::kAllGather, stream});      // column-parallel input
-      c.forward.push_back({Op::kReduceScatter, stream});  // row-parallel output
-      c.input_grad.push_back({Op::kAllGather, stream});   // row-parallel dy
-      c.input_grad.push_back({Op::kReduceScatter, stream});  // column-parallel dx
-      c.weight_grad.push_back({Op::kAllGather, stream});  // column-parallel input again
-    } else {
-      c.forward.push_back({Op::kAllReduce, stream});
-      c.input_grad.push_back({Op::kAllReduce, stream});
-    }
-  }
+  const std::int64_t stream = block.seq_len * block.in_features * static_cast<std::int64_t>(dtype_size(dtype));
+  add_tp_region(c, stream, sp);
+  add_tp_region(c, stream, sp);
   if (recompute == Recompute::kFull) c.input_grad.insert(c.input_grad.begin(), c.forward.begin(), c.forward.end());
   return c;
 }

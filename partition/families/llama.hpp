@@ -20,6 +20,7 @@ struct ModelSpec;
 struct ParamTensor;
 struct Family;
 struct BlockRules;
+struct TpBlockComm;
 struct TokenSizes;
 struct BlockWork;  // partition/block_work.hpp
 struct PassWork;
@@ -71,6 +72,12 @@ BlockRules llama_block_rules();  // llama_block.cpp
 // One tp rank's tensors of a llama attention (q, k, v with their Qwen2 biases, o, the Qwen3 q/k norms), in the
 // layer's order (layers/llama/llama_block.cpp make_llama_attention); moe's block has the same attention.
 std::vector<ParamTensor> llama_attention_tensors(const BlockSpec& block, int tp);  // llama_block.cpp
+// The tp collectives of a llama attention (cost_model.hpp, tp_block_comm): its region (q|k|v ... o) of [T, D] per
+// sample, added to `c` (add_tp_region), and at plain tp the Qwen3 q/k norms' weight-gradient all-reduces ([head_dim]
+// f32 each, once per micro-batch; under sequence parallelism those gradients are summed over tp once per step with
+// the other replicated ones); moe's block has the same attention.
+void add_llama_attention_tp_comm(TpBlockComm& c, const BlockSpec& block, DType dtype,
+                                 bool sequence_parallel);  // llama_block.cpp
 // The roofline work of a llama block's first half for a micro-batch on one tp rank (block_work.hpp): the RMSNorm,
 // q, k, v, rope, the attention core, the Qwen3 q/k norms, o and the residual add fused into the second RMSNorm; what
 // the feed-forward and the last residual add follow (moe's block: its mixture). `core_forward` receives the attention

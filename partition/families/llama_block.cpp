@@ -135,6 +135,9 @@ BlockCost llama_cost_without_qk_norms(const BlockSpec& block, DType dtype, Recom
   // measured at tp 2, T 32, D 32, F 96: the first figure is the block's whole rise inside its I);
   // attention: TransformerBlock::backward_input holds dy, the mlp's dm (RmsNorm keeps it) and dx1 through it,
   // with attention_phases' terms (the three input gradients of q, k, v summed into the first: two at once).
+  // At tp > 1 the projections' partial input gradients are accumulated into one (layers/parallel/shared_input.hpp),
+  // and the level is the same: the norm before them then allocates its input gradient beside the projections' (their
+  // dy kept in their stashes until W): measured to the byte, e2e SequenceParallel.ActivationMemoryFollowsThePlan.
   const std::int64_t mlp = std::max(t * d + 3 * t * f / tp, 3 * t * d) * b;
   const std::int64_t attention = attention_phases(block, tp, 3 * t * d, 2 * t * d, b);
   cost.backward_extra_bytes = repeated_layer_backward_extra(cost, recompute, mlp, attention, t * d * b);
@@ -230,7 +233,15 @@ BlockWork llama_block_work(const BlockSpec& block, DType dtype, Recompute recomp
 
 }  // namespace work
 
-TpBlockComm llama_tp_comm(const BlockSpec&, DType, int, bool, Recompute) { return {}; }
+// The attention's region and the SwiGLU MLP's (gate|up ... down), both [T, D]; full recomputation repeats the
+// forward's inside backward_input.
+TpBlockComm llama_tp_comm(const BlockSpec& block, DType dtype, int /*tp*/, bool sp, Recompute recompute) {
+  TpBlockComm c;
+  add_llama_attention_tp_comm(c, block, dtype, sp);
+  add_tp_region(c, block.seq_len * block.in_features * static_cast<std::int64_t>(dtype_size(dtype)), sp);
+  if (recompute == Recompute::kFull) c.input_grad.insert(c.input_grad.begin(), c.forward.begin(), c.forward.end());
+  return c;
+}
 
 std::string llama_shape_key(const BlockSpec& b) {
   return fmt::format("{} d{} h{} kv{} ff{} T{}{}", block_kind_name(b.kind), b.in_features, b.n_heads, b.n_kv_heads,
@@ -253,6 +264,16 @@ BlockWork llama_attention_work(const BlockSpec& block, DType dtype, int tp, std:
                                bool sequence_parallel, PassWork& core_forward) {
   return work::attention_work(block, static_cast<work_parts::D>(dtype_size(dtype)), tp,
                               static_cast<work_parts::D>(micro_batch), sequence_parallel, core_forward);
+}
+
+void add_llama_attention_tp_comm(TpBlockComm& c, const BlockSpec& block, DType dtype, bool sequence_parallel) {
+  add_tp_region(c, block.seq_len * block.in_features * static_cast<std::int64_t>(dtype_size(dtype)), sequence_parallel);
+  if (block.qk_norm && !sequence_parallel) {  // layers/llama/head_rmsnorm.cpp: this rank's heads' share
+    const std::int64_t head_dim = block.in_features / block.n_heads;
+    for (int norm = 0; norm < 2; ++norm) {
+      c.weight_grad.push_back({TpCollectiveOp::kAllReduce, head_dim * cost_parts::kStatBytes, TpBatching::kFixed});
+    }
+  }
 }
 
 std::vector<ParamTensor> llama_attention_tensors(const BlockSpec& b, int tp) {

@@ -27,6 +27,7 @@
 #include "engine/core/error.hpp"
 #include "partition/block_work.hpp"
 #include "partition/cost_model.hpp"
+#include "partition/cost_parts.hpp"
 #include "partition/families/family.hpp"
 #include "partition/families/moe.hpp"
 #include "partition/model_spec.hpp"
@@ -63,8 +64,9 @@ std::int64_t mixture_phase(const BlockSpec& block, std::int64_t b, Recompute rec
       ((sp ? ts * d + t * d : t * d) + 2 * t * k * d + 3 * t * k * f / tp + t * d + (sp ? ts * d : 0)) * b +
       t * e * (4 + b);
   if (shared > 0) {
+    // Plain tp: its gate's and up's input gradients, one partial at tp > 1 (layers/parallel/shared_input.hpp).
     mixture += (sp ? std::max(t * d + 3 * t * shared / tp, 2 * t * d + ts * d)
-                   : std::max(3 * t * shared / tp, 2 * t * d)) * b;
+                   : std::max(3 * t * shared / tp, (tp > 1 ? 1 : 2) * t * d)) * b;
   }
   // The gated dy the shared SwiGLU's backward reads, and the gate's logit gradient [T, 1] beside it, f32 and in the
   // compute dtype (SharedExpertGate::backward_input; before they were counted, 8 B a token under the measured peak).
@@ -177,8 +179,34 @@ BlockWork moe_work(const BlockSpec& block, DType dtype, Recompute recompute, int
   return w;
 }
 
-TpBlockComm moe_tp_comm(const BlockSpec& block, DType dtype, int tp, bool sequence_parallel, Recompute recompute) {
-  return llama_rules().tp_comm(active_llama_block(block), dtype, tp, sequence_parallel, recompute);
+// llama's attention, then the mixture (layers/moe/moe_mlp.cpp): the routed experts' input all-gathered (sequence
+// parallelism) and their combined output reduced over tp in F; in I dy all-gathered, the combine weights' gradient
+// [T, k] (f32) all-reduced, the routed input gradient reduced; in W nothing (they keep the gathered input). The shared
+// experts are a SwiGLU MLP of their own on the block's input, run after the routed ones in F and in I: one more tp
+// region (add_tp_region; under sequence parallelism its input gathered again in W).
+TpBlockComm moe_tp_comm(const BlockSpec& block, DType dtype, int /*tp*/, bool sp, Recompute recompute) {
+  using Op = TpCollectiveOp;
+  constexpr TpBatching kEach = TpBatching::kPerSample;
+  TpBlockComm c;
+  const std::int64_t stream = block.seq_len * block.in_features * static_cast<std::int64_t>(dtype_size(dtype));
+  TpBlockComm shared;
+  if (block.n_shared_experts > 0) add_tp_region(shared, stream, sp);
+  add_llama_attention_tp_comm(c, block, dtype, sp);
+  const TpCollective weights{Op::kAllReduce, block.seq_len * block.top_k * cost_parts::kStatBytes};
+  std::vector<TpCollective> routed_input_grad;
+  if (sp) {
+    c.forward.insert(c.forward.end(), {{Op::kAllGather, stream, kEach}, {Op::kReduceScatter, stream, kEach}});
+    routed_input_grad = {{Op::kAllGather, stream, kEach}, weights, {Op::kReduceScatter, stream, kEach}};
+  } else {
+    c.forward.push_back({Op::kAllReduce, stream});
+    routed_input_grad = {weights, {Op::kAllReduce, stream}};
+  }
+  c.forward.insert(c.forward.end(), shared.forward.begin(), shared.forward.end());
+  c.input_grad.insert(c.input_grad.begin(), shared.input_grad.begin(), shared.input_grad.end());
+  c.input_grad.insert(c.input_grad.begin(), routed_input_grad.begin(), routed_input_grad.end());
+  c.weight_grad.insert(c.weight_grad.end(), shared.weight_grad.begin(), shared.weight_grad.end());
+  if (recompute == Recompute::kFull) c.input_grad.insert(c.input_grad.begin(), c.forward.begin(), c.forward.end());
+  return c;
 }
 
 // Context parallelism's count exchange (layers/moe/balance_exchange.hpp): a row of E counts and the token count, i64,

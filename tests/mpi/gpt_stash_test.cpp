@@ -11,6 +11,7 @@
 #include "engine/core/enum_names.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "partition/families/gpt.hpp"
+#include "support/tp_collectives.hpp"
 #include "support/tp_stash.hpp"
 
 namespace cleave::layers::gpt_stash_test {
@@ -33,6 +34,25 @@ TEST(GptTensorParallel, StashBytesMatchTheCostModelsTpLayout) {
     const partition::Recompute mode = modes[run % 3];
     SCOPED_TRACE(std::string(enum_name(mode)) + (sp ? " sequence parallel" : ""));
     cleave::testing::expect_tp_stash_matches_cost_model(spec, *world, mode, sp);
+  }
+}
+
+// The tp collectives each block posts per pass, against the list the planner prices (support/tp_collectives.hpp).
+TEST(GptTensorParallel, CollectivesMatchTheCostModelsTpComm) {
+  auto world = cleave::testing::make_world();
+  partition::GptConfig g;
+  g.vocab_size = 32;
+  g.d_model = 16;
+  g.n_layers = 2;
+  g.n_heads = 4;
+  g.seq_len = 8;
+  g.d_ff = 24;
+  const auto spec = partition::make_gpt_spec(g);
+  for (const bool sp : {false, true}) {
+    for (const auto mode : {partition::Recompute::kNone, partition::Recompute::kSelective, partition::Recompute::kFull}) {
+      SCOPED_TRACE(std::string(enum_name(mode)) + (sp ? " sequence parallel" : ""));
+      cleave::testing::expect_tp_collectives_match_cost_model(spec, *world, mode, sp);
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include "engine/core/enum_names.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "partition/families/llama.hpp"
+#include "support/tp_collectives.hpp"
 #include "support/tp_stash.hpp"
 
 namespace cleave::layers::llama_stash_test {
@@ -39,6 +40,30 @@ TEST(LlamaTensorParallel, StashBytesMatchTheCostModelsTpLayout) {
                    (sp ? " sequence parallel" : ""));
       cleave::testing::expect_tp_stash_matches_cost_model(spec, *world, mode, sp);
     }
+  }
+}
+
+// The tp collectives each block posts per pass, against the list the planner prices (support/tp_collectives.hpp).
+TEST(LlamaTensorParallel, CollectivesMatchTheCostModelsTpComm) {
+  auto world = cleave::testing::make_world();
+  partition::LlamaConfig c;
+  c.vocab_size = 32;
+  c.d_model = 16;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.seq_len = 8;
+  c.ffn_hidden_size = 8;
+  for (const bool qk_norm : {false, true}) {
+  c.qk_norm = qk_norm;  // Qwen3's q/k norms: their weight gradients' all-reduces at plain tp
+  const auto spec = partition::make_llama_spec(partition::llama_defaults(c));
+  for (const bool sp : {false, true}) {
+    for (const auto mode : {partition::Recompute::kNone, partition::Recompute::kSelective, partition::Recompute::kFull}) {
+      SCOPED_TRACE(std::string(qk_norm ? "qk_norm " : "") + std::string(enum_name(mode)) +
+                   (sp ? " sequence parallel" : ""));
+      cleave::testing::expect_tp_collectives_match_cost_model(spec, *world, mode, sp);
+    }
+  }
   }
 }
 

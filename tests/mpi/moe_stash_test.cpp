@@ -9,8 +9,11 @@
 
 #include <string>
 
+#include "engine/core/enum_names.hpp"
+
 #include "mpi/mpi_test_env.hpp"
 #include "partition/families/moe.hpp"
+#include "support/tp_collectives.hpp"
 #include "support/tp_stash.hpp"
 
 namespace cleave::layers::moe_stash_test {
@@ -37,6 +40,34 @@ TEST(MoeTensorParallel, StashBytesMatchTheCostModelsTpLayout) {
     m.shared_expert_gate = variant == 2;
     const auto spec = partition::make_moe_spec(m);
     cleave::testing::expect_tp_stash_matches_cost_model(spec, *world, partition::Recompute::kNone, sp);
+  }
+}
+
+// The tp collectives each block posts per pass, against the list the planner prices (support/tp_collectives.hpp):
+// the router's combine-weight gradient too, with no, plain and gated shared experts.
+TEST(MoeTensorParallel, CollectivesMatchTheCostModelsTpComm) {
+  auto world = cleave::testing::make_world();
+  partition::MoeConfig m;
+  m.vocab_size = 32;
+  m.d_model = 16;
+  m.n_layers = 2;
+  m.n_heads = 4;
+  m.n_kv_heads = 2;
+  m.seq_len = 8;
+  m.ffn_hidden_size = 8;
+  m.n_experts = 4;
+  m.top_k = 2;
+  const char* const names[] = {"plain", "shared", "gated shared"};
+  for (int variant = 0; variant < 3; ++variant) {
+    m.n_shared_experts = variant > 0 ? 2 : 0;
+    m.shared_expert_gate = variant == 2;
+    const auto spec = partition::make_moe_spec(m);
+    for (const bool sp : {false, true}) {
+      for (const auto mode : {partition::Recompute::kNone, partition::Recompute::kFull}) {
+        SCOPED_TRACE(std::string(names[variant]) + " " + std::string(enum_name(mode)) + (sp ? " sequence parallel" : ""));
+        cleave::testing::expect_tp_collectives_match_cost_model(spec, *world, mode, sp);
+      }
+    }
   }
 }
 

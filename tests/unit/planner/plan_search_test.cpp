@@ -150,22 +150,61 @@ TEST_F(PlanSearch, WithFreeCommunicationTheBestPlanSplitsComputeEvenlyWithNoBubb
 }
 
 TEST_F(PlanSearch, FullRecomputationPaysTheRerunForwardsAllReduces) {
-  // Every all-reduce costs the same latency: per micro-batch a 4-layer gpt at tp2 all-reduces 2 per block in
-  // F (+1 for the embedding) and 2 per block in I; full recomputation reruns each block's forward inside I,
-  // its 2 all-reduces included: (6L + 1) against (4L + 1).
+  // Every collective costs its latency, α for a reduce-scatter or an all-gather, 2α for an all-reduce (tp2): per
+  // micro-batch a 4-layer gpt at tp2 all-reduces 2 per block in F and 2 in I, the embedding 1 in F, the lm head 1 in I,
+  // the loss 2 in F; full recomputation reruns each block's forward inside I, its 2 all-reduces included: (6L + 4)
+  // against (4L + 4) all-reduces. Under sequence parallelism (micro-batch 1) a block posts 4 one-phase collectives in
+  // F, 4 in I and 2 in W, the embedding 2, the head 3, the loss its 2 all-reduces: 10L + 5 + 2 × 2 latencies, and the
+  // rerun the blocks' 4L more.
   const std::string config = tiny_gpt();
   HardwareProfile p = free_links();
   p.intra_node = Link{1e-3, 1e30};
   const SearchResult r = search_plans(config, {}, p, SearchOptions{2, 0});
-  double none = 0, full = 0;
+  double none[2] = {0, 0}, full[2] = {0, 0};
   for (const auto& e : r.ranked) {
     if (e.choice.tp != 2 || e.choice.micro_batch != 1) continue;
     using partition::Recompute;
-    (e.choice.recompute == Recompute::kNone ? none : e.choice.recompute == Recompute::kFull ? full : none) +=
-        e.choice.recompute == Recompute::kSelective ? 0.0 : e.breakdown.tp_comm_s;
+    const int sp = e.choice.sequence_parallel ? 1 : 0;
+    if (e.choice.recompute == Recompute::kNone) none[sp] += e.breakdown.tp_comm_s;
+    if (e.choice.recompute == Recompute::kFull) full[sp] += e.breakdown.tp_comm_s;
   }
-  ASSERT_GT(none, 0);
-  EXPECT_NEAR(full / none, (6.0 * 4 + 1) / (4.0 * 4 + 1), 1e-9);
+  ASSERT_GT(none[0], 0);
+  ASSERT_GT(none[1], 0);
+  EXPECT_NEAR(full[0] / none[0], (6.0 * 4 + 4) / (4.0 * 4 + 4), 1e-9);
+  EXPECT_NEAR(full[1] / none[1], (14.0 * 4 + 5 + 4) / (10.0 * 4 + 5 + 4), 1e-9);
+}
+
+// The tp term prices what the layers post (partition::tp_block_comm, proven against them under mpiexec by
+// tests/support/tp_collectives.hpp), at one latency per one-phase collective and two per all-reduce (tp2, free
+// bandwidth), global batch 8:
+// - sequence parallelism posts its gathers and scatters once per sample: a gpt micro-batch of 2 pays 2 × the 45
+//   one-phase collectives' latencies (4 blocks × 10, the embedding's 2, the head's 3) and once its loss's 2
+//   all-reduces, over 4 micro-batches: 4 × (90 + 4); at micro-batch 1, 8 × (45 + 4);
+// - a moe block with a shared expert and Qwen3's q/k norms all-reduces 3 times in F (the attention's output, the
+//   routed experts' and the shared expert's), 4 times in I (the combine weights' gradient, the routed and the shared
+//   experts' input gradients, the attention's), twice in W (the q and k norms' weight gradients): 2 blocks × 9, the
+//   embedding's 1, the head's 1 and the loss's 2, 22 all-reduces a micro-batch.
+TEST_F(PlanSearch, TensorParallelPricesWhatTheLayersPost) {
+  HardwareProfile p = free_links();
+  const double latency = 1e-3;
+  p.intra_node = p.inter_node = Link{latency, 1e30};
+  const SearchOptions two{2, 0};
+  using partition::Recompute;
+  const std::string gpt = tiny_gpt();
+  for (const int micro : {1, 2}) {
+    const PlanEstimate sp = estimate_plan(gpt, {}, PlanChoice{2, 1, 1, 1, "1f1b", micro, 0, Recompute::kNone, 8, true},
+                                          p, two);
+    ASSERT_TRUE(sp.valid) << sp.reason;
+    EXPECT_NEAR(sp.breakdown.tp_comm_s, 8.0 / micro * (45 * micro + 2 * 2) * latency, 1e-9) << "micro " << micro;
+  }
+  const std::string moe = write("moe.json", R"({"model": {"type": "moe", "vocab_size": 64, "d_model": 32,
+      "n_layers": 2, "n_heads": 4, "seq_len": 16, "ffn_hidden_size": 32, "n_experts": 4, "top_k": 2,
+      "n_shared_experts": 1, "qk_norm": true}, "batch": {"global_batch_size": 8}, "optimizer": {"type": "adamw"},
+      "data": {"type": "synthetic"}})");
+  const PlanEstimate tp = estimate_plan(moe, {}, PlanChoice{2, 1, 1, 1, "1f1b", 1, 0, Recompute::kNone, 8, false}, p,
+                                        two);
+  ASSERT_TRUE(tp.valid) << tp.reason;
+  EXPECT_NEAR(tp.breakdown.tp_comm_s, 8 * 22 * 2 * latency, 1e-9);
 }
 
 TEST_F(PlanSearch, ProfilesAreCheckedKeyByKey) {
@@ -605,10 +644,15 @@ TEST_F(PlanSearch, ZeroStagesAndSequenceParallelPriceTheirCommunication) {
   const PlanEstimate tp = estimate_plan(config, {}, PlanChoice{2, 1, 1, 1, "1f1b", 1, 0, Recompute::kNone, 8, false}, p, two);
   const PlanEstimate sp = estimate_plan(config, {}, PlanChoice{2, 1, 1, 1, "1f1b", 1, 0, Recompute::kNone, 8, true}, p, two);
   ASSERT_TRUE(tp.valid) << tp.reason;
-  EXPECT_NEAR(tp.breakdown.tp_comm_s, 8 * (2 * 4 + 1 + 2 * 4) * 2 * latency, 1e-9);  // 8 micro-batches
+  // 8 micro-batches of 2 all-reduces per block in F and 2 in I, the embedding's 1, the head's 1 and the loss's 2.
+  EXPECT_NEAR(tp.breakdown.tp_comm_s, 8 * (2 * 4 + 2 * 4 + 4) * 2 * latency, 1e-9);
   if (sp.valid) {
-    EXPECT_NEAR(sp.breakdown.tp_comm_s, tp.breakdown.tp_comm_s, 1e-9);
-    EXPECT_NEAR(sp.comm_bytes, tp.comm_bytes, 1e-6 * tp.comm_bytes);
+    // Each all-reduce of [T, D] becomes a reduce-scatter and an all-gather of the same bytes (one latency each), and
+    // every column-parallel input (the blocks' 2, the head's) is all-gathered again for W: 4L + 1 more [T, D]
+    // all-gathers, (tp - 1)/tp of the tensor each, (4L + 1) latencies more a micro-batch.
+    EXPECT_NEAR(sp.breakdown.tp_comm_s - tp.breakdown.tp_comm_s, 8 * (2 * 4 + 1) * latency, 1e-9);
+    const double stream = 16.0 * 48 * 4;  // [T, D] f32
+    EXPECT_NEAR(sp.comm_bytes - tp.comm_bytes, 8 * (2 * 4 + 1) * stream / 2, 1e-6 * tp.comm_bytes);
   }
 }
 

@@ -358,14 +358,15 @@ TEST_F(TimeSharing, OversubscribedTpPlansPayTheExcessOnComputeAndTheHandoffsOfEa
   const PlanEstimate with = estimate(c, two_cores(true), 4);
   ASSERT_TRUE(with.oversubscribed());
   EXPECT_NEAR(with.breakdown.compute_s / without.breakdown.compute_s, 2.125 / 2, 1e-9);
-  // Per micro-batch: 2 all-reduces in F and 2 in I per transformer block (4), the vocab-parallel embedding's 1 in F:
-  // 17, 34 a step; each a 2-rank all-reduce of two phases, 2 handoffs in the tp term. Each also waits for its peer's
+  // Per micro-batch: 2 all-reduces in F and 2 in I per transformer block (4), the vocab-parallel embedding's 1 in F,
+  // the lm head's 1 in I and the loss's 2 in F: 20, 40 a step; each a 2-rank all-reduce of two phases, 2 handoffs in
+  // the tp term. Each also waits for its peer's
   // core holder (OversubscribedTpAndCpMeetingsWaitForEachPeersCoreHolder), with or without the key alike: the
   // holder's action is its compute on a whole core, which the key's excess does not change.
   ASSERT_GT(with.group_core_holder_wait_s, 0.0);
   EXPECT_NEAR(with.group_core_holder_wait_s, without.group_core_holder_wait_s, 1e-15);
   EXPECT_NEAR(with.breakdown[StepTerm::kTensorParallel] - without.breakdown[StepTerm::kTensorParallel],
-              34 * 2 * 500e-6, 1e-9);
+              40 * 2 * 500e-6, 1e-9);
   // The gradient all-reduce over the 2 replicas: two phases (no expert reduction without experts).
   EXPECT_NEAR(with.breakdown[StepTerm::kDataParallel] - without.breakdown[StepTerm::kDataParallel], 2 * 500e-6, 1e-9);
   EXPECT_GT(with.step_s, without.step_s);
@@ -392,8 +393,9 @@ TEST_F(TimeSharing, OversubscribedTpAndCpMeetingsWaitForEachPeersCoreHolder) {
   };
   const auto ring = config::ContextParallelComm::kRing, a2a = config::ContextParallelComm::kAllToAll;
   const Case cases[] = {
-      // 4 blocks × (2 all-reduces in F, 2 in I) and the vocab-parallel embedding's 1: 17 meetings of one peer.
-      {2, 1, 2, ring, 17, 17, T::kTensorParallel},
+      // 4 blocks × (2 all-reduces in F, 2 in I), the vocab-parallel embedding's 1, the lm head's 1 and the loss's 2:
+      // 20 meetings of one peer.
+      {2, 1, 2, ring, 20, 20, T::kTensorParallel},
       // 4 blocks × (1 hop in F; 1 hop and 2 in I): 16 meetings with the neighbour.
       {1, 2, 2, ring, 16, 16, T::kContextParallel},
       // 4 blocks × (4 all-to-alls in F, 4 in I): 32 meetings; at cp4 each waits for 3 peers.
@@ -431,16 +433,19 @@ TEST_F(TimeSharing, OversubscribedTpAndCpMeetingsWaitForEachPeersCoreHolder) {
 }
 
 TEST_F(TimeSharing, Tp4ExchangesWaitTwoHandoffsPerPhaseWithOrWithoutSequenceParallelism) {
-  // tp4 on 4 ranks over 2 cores: each phase waits 1 + 2 × (1 - 1/2) = 2 handoffs; an all-reduce is 2 phases, sequence
-  // parallelism's reduce-scatter + all-gather 2 too. Micro 2 of a global batch 8 on one replica: 4 micro-batches of 17
-  // exchanges, 68 a step × 4 handoffs either way.
+  // tp4 on 4 ranks over 2 cores: each phase waits 1 + 2 × (1 - 1/2) = 2 handoffs; an all-reduce is 2 phases, a
+  // reduce-scatter or an all-gather 1. Micro 2 of a global batch 8 on one replica: 4 micro-batches. Plain tp: 20
+  // all-reduces per micro-batch (4 blocks × 4, the embedding's, the head's, the loss's 2), 80 a step × 4 handoffs.
+  // Sequence parallelism: per micro-batch 4 blocks × (4 in F, 4 in I, 2 all-gathers in W), the embedding's 2 and the
+  // head's 3 of one phase each (each sample's of one kind posted together: one exchange), the loss's 2 all-reduces:
+  // 4 × (45 × 2 + 2 × 4) = 392 handoffs a step.
   for (bool sp : {false, true}) {
     const PlanChoice c{4, 1, 1, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8, sp};
     const PlanEstimate with = estimate(c, two_cores(true), 4), without = estimate(c, two_cores(false), 4);
     // Each collective also waits for its 3 peers' core holders, with or without the key alike.
     EXPECT_NEAR(with.group_core_holder_wait_s, without.group_core_holder_wait_s, 1e-15);
     EXPECT_NEAR(with.breakdown[StepTerm::kTensorParallel] - without.breakdown[StepTerm::kTensorParallel],
-                68 * 4 * 500e-6, 1e-9) << "sequence parallel " << sp;
+                (sp ? 392 : 80 * 4) * 500e-6, 1e-9) << "sequence parallel " << sp;
   }
 }
 

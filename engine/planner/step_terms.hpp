@@ -202,7 +202,7 @@ double router_bias_update_s(const TermContext& c, int routed_layers);
 struct BlockCollectives {
   double forward_s = 0, backward_s = 0, rerun_s = 0;
   double weight_grad_s = 0;  // in W (tp: sequence parallelism's all-gathers again, Qwen3's q/k norm gradients)
-  double hidden_forward_s = 0, hidden_backward_s = 0;
+  double hidden_forward_s = 0, hidden_backward_s = 0, hidden_weight_s = 0;
   double bytes = 0;
   // The meetings with the group's peers per micro-batch (one per collective or ring hop), in F and in I (its rerun
   // included): each waits the profile's sync_wait_per_meeting (meeting_wait_s), exposed or hidden alike.
@@ -219,7 +219,8 @@ BlockCollectives tensor_parallel_collectives(const TermContext& c, int block);
 // Megatron-Core's tp communication overlap (SearchOptions::overlap_tp_comm): each of a block's tp exchanges runs
 // under the GEMMs of the same pass (Transformer Engine's userbuffers split the GEMM and the all-gather /
 // reduce-scatter into chunks), so a pass's collectives hide under that pass's compute of the block, `compute` at the
-// core sharing less what context parallelism's ring already hid there (`cp`): exposed = max(0, tp − free compute).
+// core sharing less what context parallelism's ring already hid there (`cp`): exposed = max(0, tp − free compute),
+// in F, I (its rerun apart) and W.
 // `tp` unchanged without the option.
 BlockCollectives tensor_parallel_overlap(const TermContext& c, const BlockCollectives& tp, const BlockCompute& compute,
                                          const BlockCollectives& cp);

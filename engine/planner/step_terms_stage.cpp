@@ -95,6 +95,7 @@ void add_block(const TermContext& c, int b, double warm, StageCosts& st, StageBl
   st.input_grad.hidden_at(T::kContextParallel) += cp.hidden_backward_s;
   st.forward.hidden_at(T::kTensorParallel) += tp.hidden_forward_s;
   st.input_grad.hidden_at(T::kTensorParallel) += tp.hidden_backward_s;
+  st.weight_grad.hidden_at(T::kTensorParallel) += tp.hidden_weight_s;
   st.forward[T::kExpertAllToAll] += ep.forward_s + ep_meeting_wait_s(c, ep.meetings_forward, ep.handoffs_forward);
   st.input_grad[T::kExpertAllToAll] +=
       ep.backward_s + ep.rerun_s + ep_meeting_wait_s(c, ep.meetings_backward, ep.handoffs_backward);
@@ -112,7 +113,7 @@ void add_block(const TermContext& c, int b, double warm, StageCosts& st, StageBl
   blocks.expert_grad_bytes += 4.0 * block_expert_params(c, b);  // of which reduced over expert-dp
   blocks.block_grad_bytes.push_back(4.0 * block_local_params(c, b));
   blocks.block_main_bytes.push_back(4.0 * (block_local_params(c, b) - block_expert_params(c, b)));
-  blocks.block_w.push_back(c.fused_backward ? 0.0 : c.core_sharing * compute.weight_grad_s);
+  blocks.block_w.push_back(c.fused_backward ? 0.0 : c.core_sharing * compute.weight_grad_s - tp.hidden_weight_s);
   blocks.stage_w += compute.weight_grad_s;
   blocks.stage_i += compute.backward_input_s();
   blocks.cp_hidden_backward += cp.hidden_backward_s;
@@ -120,7 +121,7 @@ void add_block(const TermContext& c, int b, double warm, StageCosts& st, StageBl
   // same compute first (the same seconds cannot hide two transfers).
   blocks.block_f.push_back(c.core_sharing * compute.forward_s - cp.hidden_forward_s - tp.hidden_forward_s);
   blocks.block_b.push_back(c.core_sharing * (compute.backward_input_s() + (c.fused_backward ? compute.weight_grad_s : 0.0)) -
-                           cp.hidden_backward_s - tp.hidden_backward_s);
+                           cp.hidden_backward_s - tp.hidden_backward_s - (c.fused_backward ? tp.hidden_weight_s : 0.0));
   blocks.gathers.push_back(zero3_block_gather_s(c, b));
   if (c.zero == 3) {
     const double experts = block_expert_params(c, b), rest = block_local_params(c, b) - experts;

@@ -98,11 +98,14 @@ BlockCollectives tensor_parallel_overlap(const TermContext& c, const BlockCollec
   const double free_i = std::max(0.0, c.core_sharing * compute.input_grad_s -
                                           std::max(0.0, cp.hidden_backward_s - c.core_sharing * compute.recompute_s));
   const double free_r = c.core_sharing * compute.recompute_s;
+  const double free_w = c.core_sharing * compute.weight_grad_s;  // sequence parallelism's input gathers for dW
   x.forward_s = std::max(0.0, tp.forward_s - free_f);
   x.backward_s = std::max(0.0, tp.backward_s - free_i);
   x.rerun_s = std::max(0.0, tp.rerun_s - free_r);
+  x.weight_grad_s = std::max(0.0, tp.weight_grad_s - free_w);
   x.hidden_forward_s = tp.forward_s - x.forward_s;
   x.hidden_backward_s = (tp.backward_s - x.backward_s) + (tp.rerun_s - x.rerun_s);
+  x.hidden_weight_s = tp.weight_grad_s - x.weight_grad_s;
   return x;
 }
 

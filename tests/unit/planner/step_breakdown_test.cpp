@@ -249,6 +249,38 @@ TEST_F(StepBreakdownTest, OverlapOptionsHideCommunicationBehindCompute) {
 // ZeRO-1's parameter all-gather after the step: the engine gathers the f32 master values; with param_gather_bf16
 // (Megatron-LM's distributed optimizer) a bf16 run gathers its bf16 parameters, half the bytes, and nothing else
 // moves. An f32 run has no bf16 parameters to gather: the option changes nothing there.
+// Megatron-Core's tp overlap, pass by pass on a constructed block (tensor_parallel_overlap): each pass's
+// collectives hide under that pass's compute at the core sharing, F's under F, I's under I less what the ring hid
+// beyond the rerun, the rerun's under the rerun, W's (sequence parallelism's input all-gathers for the weight
+// gradients) under W; what does not fit stays exposed, and the option off changes nothing.
+TEST(TensorParallelOverlap, EachPassHidesUnderItsOwnCompute) {
+  PlanChoice choice{2, 1, 1, 1, "1f1b", 1, 0, partition::Recompute::kFull, 8, true};
+  SearchOptions options{2, 0};
+  options.overlap_tp_comm = true;
+  TermContext c;
+  c.choice = &choice;
+  c.options = &options;
+  c.core_sharing = 2.0;
+  BlockCollectives tp;
+  tp.forward_s = 3e-3, tp.backward_s = 5e-3, tp.rerun_s = 1e-3, tp.weight_grad_s = 4e-3;
+  BlockCompute compute;
+  compute.forward_s = 1e-3, compute.input_grad_s = 4e-3, compute.recompute_s = 1e-3, compute.weight_grad_s = 1e-3;
+  BlockCollectives cp;
+  cp.hidden_forward_s = 0.5e-3, cp.hidden_backward_s = 2.5e-3;  // the ring took 0.5 ms of F and 0.5 ms of I
+  const BlockCollectives x = tensor_parallel_overlap(c, tp, compute, cp);
+  EXPECT_DOUBLE_EQ(x.forward_s, 3e-3 - (2e-3 - 0.5e-3));
+  EXPECT_DOUBLE_EQ(x.backward_s, 0.0);  // 5 ms under 8 ms of I less the ring's 0.5 ms beyond the rerun
+  EXPECT_DOUBLE_EQ(x.rerun_s, 0.0);
+  EXPECT_DOUBLE_EQ(x.weight_grad_s, 4e-3 - 2e-3);
+  EXPECT_DOUBLE_EQ(x.hidden_forward_s, 1.5e-3);
+  EXPECT_DOUBLE_EQ(x.hidden_backward_s, 5e-3 + 1e-3);
+  EXPECT_DOUBLE_EQ(x.hidden_weight_s, 2e-3);
+  options.overlap_tp_comm = false;
+  const BlockCollectives off = tensor_parallel_overlap(c, tp, compute, cp);
+  EXPECT_EQ(off.weight_grad_s, tp.weight_grad_s);
+  EXPECT_EQ(off.hidden_weight_s, 0.0);
+}
+
 TEST_F(StepBreakdownTest, ParamGatherInBf16MovesHalfTheBytes) {
   const std::size_t gather_at = static_cast<std::size_t>(T::kZeroGather);
   PlanChoice c{1, 1, 4, 1, "1f1b", 2, 1, partition::Recompute::kNone, 8, false, config::ZeroReduce::kPerStep};

@@ -120,8 +120,10 @@ void add_block(const TermContext& c, int b, double warm, StageCosts& st, StageBl
   // What of the block's compute is left to hide the next block's prefetch: the ring's K/V hops hide under the
   // same compute first (the same seconds cannot hide two transfers).
   blocks.block_f.push_back(c.core_sharing * compute.forward_s - cp.hidden_forward_s - tp.hidden_forward_s);
-  blocks.block_b.push_back(c.core_sharing * (compute.backward_input_s() + (c.fused_backward ? compute.weight_grad_s : 0.0)) -
-                           cp.hidden_backward_s - tp.hidden_backward_s - (c.fused_backward ? tp.hidden_weight_s : 0.0));
+  const double fused_w = c.fused_backward ? compute.weight_grad_s : 0.0;  // W inside B
+  const double fused_w_hidden = c.fused_backward ? tp.hidden_weight_s : 0.0;
+  blocks.block_b.push_back(c.core_sharing * (compute.backward_input_s() + fused_w) - cp.hidden_backward_s -
+                           tp.hidden_backward_s - fused_w_hidden);
   blocks.gathers.push_back(zero3_block_gather_s(c, b));
   if (c.zero == 3) {
     const double experts = block_expert_params(c, b), rest = block_local_params(c, b) - experts;

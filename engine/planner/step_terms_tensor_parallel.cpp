@@ -72,7 +72,8 @@ BlockCollectives tensor_parallel_collectives(const TermContext& c, int b) {
   // The rerun is priced apart: the list without recomputation, its forward again in I.
   const partition::TpBlockComm comm =
       partition::tp_block_comm(block, c.dtype, choice.tp, choice.sequence_parallel, Recompute::kNone);
-  const PassPrice f = price_pass(c, comm.forward), i = price_pass(c, comm.input_grad), w = price_pass(c, comm.weight_grad);
+  const PassPrice f = price_pass(c, comm.forward), i = price_pass(c, comm.input_grad);
+  const PassPrice w = price_pass(c, comm.weight_grad);
   // Full recomputation reruns the repeated layers (the model's blocks), not the embedding, head or loss.
   const bool full = choice.recompute == Recompute::kFull && partition::is_repeated_layer(block.kind);
   x.forward_s = f.seconds;

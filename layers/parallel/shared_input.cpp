@@ -67,7 +67,8 @@ Tensor SharedInputParts::backward_input(std::span<const Tensor> dys, std::span<S
   if (shared(ctx)) {
     return sequence_reduce_scatter(dx_partial, ctx, first.tp_size(), first.tp_rank(), "shared column-parallel input");
   }
-  tp_all_reduce(dx_partial, comm::ReduceOp::kSum, ctx, first.tp_size(), first.tp_rank(), "shared column-parallel input");
+  tp_all_reduce(dx_partial, comm::ReduceOp::kSum, ctx, first.tp_size(), first.tp_rank(),
+                "shared column-parallel input");
   return dx_partial;
 }
 

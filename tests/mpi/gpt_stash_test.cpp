@@ -17,8 +17,7 @@
 namespace cleave::layers::gpt_stash_test {
 namespace {
 
-TEST(GptTensorParallel, StashBytesMatchTheCostModelsTpLayout) {
-  auto world = cleave::testing::make_world();
+partition::ModelSpec tiny_gpt() {
   partition::GptConfig g;
   g.vocab_size = 32;
   g.d_model = 16;
@@ -26,7 +25,12 @@ TEST(GptTensorParallel, StashBytesMatchTheCostModelsTpLayout) {
   g.n_heads = 4;
   g.seq_len = 8;  // divisible by tp 2 and 4 (sequence parallelism)
   g.d_ff = 24;
-  const auto spec = partition::make_gpt_spec(g);
+  return partition::make_gpt_spec(g);
+}
+
+TEST(GptTensorParallel, StashBytesMatchTheCostModelsTpLayout) {
+  auto world = cleave::testing::make_world();
+  const auto spec = tiny_gpt();
   const partition::Recompute modes[] = {partition::Recompute::kNone, partition::Recompute::kSelective,
                                         partition::Recompute::kFull};
   for (int run = 0; run < 6; ++run) {
@@ -40,14 +44,7 @@ TEST(GptTensorParallel, StashBytesMatchTheCostModelsTpLayout) {
 // The tp collectives each block posts per pass, against the list the planner prices (support/tp_collectives.hpp).
 TEST(GptTensorParallel, CollectivesMatchTheCostModelsTpComm) {
   auto world = cleave::testing::make_world();
-  partition::GptConfig g;
-  g.vocab_size = 32;
-  g.d_model = 16;
-  g.n_layers = 2;
-  g.n_heads = 4;
-  g.seq_len = 8;
-  g.d_ff = 24;
-  const auto spec = partition::make_gpt_spec(g);
+  const auto spec = tiny_gpt();
   for (const bool sp : {false, true}) {
     for (const auto mode : {partition::Recompute::kNone, partition::Recompute::kSelective, partition::Recompute::kFull}) {
       SCOPED_TRACE(std::string(enum_name(mode)) + (sp ? " sequence parallel" : ""));

@@ -19,8 +19,7 @@
 namespace cleave::layers::moe_stash_test {
 namespace {
 
-TEST(MoeTensorParallel, StashBytesMatchTheCostModelsTpLayout) {
-  auto world = cleave::testing::make_world();
+partition::MoeConfig tiny_moe() {
   partition::MoeConfig m;
   m.vocab_size = 32;
   m.d_model = 16;
@@ -31,6 +30,12 @@ TEST(MoeTensorParallel, StashBytesMatchTheCostModelsTpLayout) {
   m.ffn_hidden_size = 8;
   m.n_experts = 4;
   m.top_k = 2;
+  return m;
+}
+
+TEST(MoeTensorParallel, StashBytesMatchTheCostModelsTpLayout) {
+  auto world = cleave::testing::make_world();
+  partition::MoeConfig m = tiny_moe();
   const char* const names[] = {"plain", "shared", "gated shared"};
   for (int run = 0; run < 6; ++run) {
     const bool sp = run >= 3;
@@ -47,16 +52,7 @@ TEST(MoeTensorParallel, StashBytesMatchTheCostModelsTpLayout) {
 // the router's combine-weight gradient too, with no, plain and gated shared experts.
 TEST(MoeTensorParallel, CollectivesMatchTheCostModelsTpComm) {
   auto world = cleave::testing::make_world();
-  partition::MoeConfig m;
-  m.vocab_size = 32;
-  m.d_model = 16;
-  m.n_layers = 2;
-  m.n_heads = 4;
-  m.n_kv_heads = 2;
-  m.seq_len = 8;
-  m.ffn_hidden_size = 8;
-  m.n_experts = 4;
-  m.top_k = 2;
+  partition::MoeConfig m = tiny_moe();
   const char* const names[] = {"plain", "shared", "gated shared"};
   for (int variant = 0; variant < 3; ++variant) {
     m.n_shared_experts = variant > 0 ? 2 : 0;
@@ -64,7 +60,8 @@ TEST(MoeTensorParallel, CollectivesMatchTheCostModelsTpComm) {
     const auto spec = partition::make_moe_spec(m);
     for (const bool sp : {false, true}) {
       for (const auto mode : {partition::Recompute::kNone, partition::Recompute::kFull}) {
-        SCOPED_TRACE(std::string(names[variant]) + " " + std::string(enum_name(mode)) + (sp ? " sequence parallel" : ""));
+        SCOPED_TRACE(std::string(names[variant]) + " " + std::string(enum_name(mode)) +
+                     (sp ? " sequence parallel" : ""));
         cleave::testing::expect_tp_collectives_match_cost_model(spec, *world, mode, sp);
       }
     }

@@ -16,6 +16,7 @@
 
 #include "engine/comm/communicator.hpp"
 #include "engine/core/dtype.hpp"
+#include "support/forwarding_communicator.hpp"
 
 namespace cleave::testing {
 
@@ -23,11 +24,11 @@ using AllReduceCounts = std::map<std::string, std::int64_t>;  // "<group name> <
 // The key under which AllReduceCounts counts communicators destroyed while still holding a host-wait counter.
 inline const std::string kDestroyedHoldingHostWaits = "destroyed holding a host-wait counter";
 
-class CountingCommunicator final : public comm::Communicator {
+class CountingCommunicator final : public ForwardingCommunicator {
  public:
   // Wraps `inner` (not owned; it must outlive this one).
   explicit CountingCommunicator(comm::Communicator& inner)
-      : inner_(&inner), counts_(std::make_shared<AllReduceCounts>()) {}
+      : ForwardingCommunicator(&inner), counts_(std::make_shared<AllReduceCounts>()) {}
 
   const AllReduceCounts& counts() const { return *counts_; }
   std::int64_t count(const std::string& key) const {
@@ -35,57 +36,31 @@ class CountingCommunicator final : public comm::Communicator {
     return it == counts_->end() ? 0 : it->second;
   }
 
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string_view backend() const override { return inner_->backend(); }
-  const std::string& name() const override { return inner_->name(); }
-  const std::vector<int>& world_ranks() const override { return inner_->world_ranks(); }
-  const comm::CommOptions& options() const override { return inner_->options(); }
-  bool sends_progress_on_their_own() const override { return inner_->sends_progress_on_their_own(); }
-  [[noreturn]] void abort(const std::string& reason) override {
-    inner_->abort(reason);
-    std::abort();  // not reached: the wrapped abort does not return
-  }
   ~CountingCommunicator() override {
     if (host_waits_ != nullptr) ++(*counts_)[kDestroyedHoldingHostWaits];
   }
   void count_host_waits(ops::HostWaits* waits) override {
     host_waits_ = waits;
-    inner_->count_host_waits(waits);
+    ForwardingCommunicator::count_host_waits(waits);
   }
 
  protected:
   std::unique_ptr<comm::Communicator> split_impl(int color, int key, std::string name) override {
     // `name` is this group's name + "/" + the label; the wrapped communicator adds its own (the same) prefix.
-    std::unique_ptr<comm::Communicator> part = inner_->split(color, key, name.substr(name.rfind('/') + 1));
+    std::unique_ptr<comm::Communicator> part = ForwardingCommunicator::split_impl(color, key, std::move(name));
     if (part == nullptr) return nullptr;
     return std::unique_ptr<comm::Communicator>(new CountingCommunicator(std::move(part), counts_));
   }
   comm::WorkPtr all_reduce_impl(const Tensor& tensor, comm::ReduceOp op, const Stream& stream) override {
-    ++(*counts_)[inner_->name() + " " + std::string(dtype_name(tensor.dtype()))];
-    return inner_->all_reduce(tensor, op, stream);
-  }
-  comm::WorkPtr reduce_scatter_impl(const Tensor& input, const Tensor& output, comm::ReduceOp op,
-                                    const Stream& stream) override {
-    return inner_->reduce_scatter(input, output, op, stream);
-  }
-  comm::WorkPtr all_gather_impl(const Tensor& input, const Tensor& output, const Stream& stream) override {
-    return inner_->all_gather(input, output, stream);
-  }
-  comm::WorkPtr broadcast_impl(const Tensor& tensor, int root, const Stream& stream) override {
-    return inner_->broadcast(tensor, root, stream);
-  }
-  comm::WorkPtr barrier_impl(const Stream& stream) override { return inner_->barrier(stream); }
-  comm::WorkPtr batch_p2p_impl(std::span<const comm::P2POp> ops, const Stream& stream) override {
-    return inner_->batch_p2p(ops, stream);
+    ++(*counts_)[inner().name() + " " + std::string(dtype_name(tensor.dtype()))];
+    return ForwardingCommunicator::all_reduce_impl(tensor, op, stream);
   }
 
  private:
   CountingCommunicator(std::unique_ptr<comm::Communicator> owned, std::shared_ptr<AllReduceCounts> counts)
-      : owned_(std::move(owned)), inner_(owned_.get()), counts_(std::move(counts)) {}
+      : ForwardingCommunicator(owned.get()), owned_(std::move(owned)), counts_(std::move(counts)) {}
 
   std::unique_ptr<comm::Communicator> owned_;  // a split's communicator; null for the wrapped world
-  comm::Communicator* inner_;
   std::shared_ptr<AllReduceCounts> counts_;
   ops::HostWaits* host_waits_ = nullptr;  // the counter last handed to count_host_waits
 };

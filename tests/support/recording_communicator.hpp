@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -14,30 +13,18 @@
 
 #include "engine/comm/communicator.hpp"
 #include "engine/core/error.hpp"
+#include "support/forwarding_communicator.hpp"
 #include "partition/cost_model.hpp"
 
 namespace cleave::testing {
 
-class RecordingCommunicator final : public comm::Communicator {
+class RecordingCommunicator final : public ForwardingCommunicator {
  public:
   // Wraps `inner` (not owned; it must outlive this one).
-  explicit RecordingCommunicator(comm::Communicator& inner) : inner_(&inner) {}
+  explicit RecordingCommunicator(comm::Communicator& inner) : ForwardingCommunicator(&inner) {}
 
   // The collectives posted since the last take(), and a fresh record.
   std::vector<partition::TpCollective> take() { return std::exchange(posted_, {}); }
-
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string_view backend() const override { return inner_->backend(); }
-  const std::string& name() const override { return inner_->name(); }
-  const std::vector<int>& world_ranks() const override { return inner_->world_ranks(); }
-  const comm::CommOptions& options() const override { return inner_->options(); }
-  bool sends_progress_on_their_own() const override { return inner_->sends_progress_on_their_own(); }
-  [[noreturn]] void abort(const std::string& reason) override {
-    inner_->abort(reason);
-    std::abort();  // not reached: the wrapped abort does not return
-  }
-  void count_host_waits(ops::HostWaits* waits) override { inner_->count_host_waits(waits); }
 
  protected:
   std::unique_ptr<comm::Communicator> split_impl(int, int, std::string) override {
@@ -45,27 +32,19 @@ class RecordingCommunicator final : public comm::Communicator {
   }
   comm::WorkPtr all_reduce_impl(const Tensor& tensor, comm::ReduceOp op, const Stream& stream) override {
     posted_.push_back({partition::TpCollectiveOp::kAllReduce, static_cast<std::int64_t>(tensor.nbytes())});
-    return inner_->all_reduce(tensor, op, stream);
+    return ForwardingCommunicator::all_reduce_impl(tensor, op, stream);
   }
   comm::WorkPtr reduce_scatter_impl(const Tensor& input, const Tensor& output, comm::ReduceOp op,
                                     const Stream& stream) override {
     posted_.push_back({partition::TpCollectiveOp::kReduceScatter, static_cast<std::int64_t>(input.nbytes())});
-    return inner_->reduce_scatter(input, output, op, stream);
+    return ForwardingCommunicator::reduce_scatter_impl(input, output, op, stream);
   }
   comm::WorkPtr all_gather_impl(const Tensor& input, const Tensor& output, const Stream& stream) override {
     posted_.push_back({partition::TpCollectiveOp::kAllGather, static_cast<std::int64_t>(output.nbytes())});
-    return inner_->all_gather(input, output, stream);
-  }
-  comm::WorkPtr broadcast_impl(const Tensor& tensor, int root, const Stream& stream) override {
-    return inner_->broadcast(tensor, root, stream);
-  }
-  comm::WorkPtr barrier_impl(const Stream& stream) override { return inner_->barrier(stream); }
-  comm::WorkPtr batch_p2p_impl(std::span<const comm::P2POp> ops, const Stream& stream) override {
-    return inner_->batch_p2p(ops, stream);
+    return ForwardingCommunicator::all_gather_impl(input, output, stream);
   }
 
  private:
-  comm::Communicator* inner_;
   std::vector<partition::TpCollective> posted_;
 };
 

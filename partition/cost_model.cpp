@@ -180,7 +180,7 @@ TpBlockComm tp_block_comm(const BlockSpec& block, DType dtype, int tp, bool sequ
   }
   const auto b = static_cast<std::int64_t>(dtype_size(dtype));
   const bool sp = sequence_parallel;
-  using Op = TpCollectiveOp;
+  using Op = Collective;
   constexpr TpBatching kEach = TpBatching::kPerSample;
   switch (block.kind) {
     case BlockKind::kEmbedding: {
@@ -217,7 +217,7 @@ TpBlockComm tp_block_comm(const BlockSpec& block, DType dtype, int tp, bool sequ
 }
 
 void add_tp_region(TpBlockComm& c, std::int64_t stream, bool sequence_parallel, bool regathers_input) {
-  using Op = TpCollectiveOp;
+  using Op = Collective;
   constexpr TpBatching kEach = TpBatching::kPerSample;
   if (!sequence_parallel) {
     c.forward.push_back({Op::kAllReduce, stream});

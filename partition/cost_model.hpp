@@ -70,6 +70,7 @@
 
 #include "engine/core/dtype.hpp"
 #include "engine/core/enum_names.hpp"
+#include "partition/collective.hpp"
 #include "partition/model_spec.hpp"
 
 namespace cleave::partition {
@@ -157,7 +158,6 @@ std::vector<BlockCost> model_costs(const ModelSpec& spec, DType dtype = DType::k
 // Full recomputation repeats the forward's collectives in backward_input, first. Empty when tp == 1. Proven against
 // the collectives the layers post at tp 2 (tests/support/tp_collectives.hpp: gpt, llama, moe, every recompute mode,
 // with and without sequence parallelism).
-enum class TpCollectiveOp { kAllReduce, kReduceScatter, kAllGather };
 // How a collective follows the micro-batch of b samples.
 enum class TpBatching {
   kWhole,      // one collective of b × bytes: the micro-batch's tensor
@@ -165,7 +165,7 @@ enum class TpBatching {
   kFixed,      // one collective of `bytes`, whatever b (a weight gradient's share)
 };
 struct TpCollective {
-  TpCollectiveOp op = TpCollectiveOp::kAllReduce;
+  Collective op = Collective::kAllReduce;
   std::int64_t bytes = 0;
   TpBatching batching = TpBatching::kWhole;
 };

@@ -25,18 +25,10 @@
 
 #include "engine/core/dtype.hpp"
 #include "engine/core/enum_names.hpp"
+#include "partition/collective.hpp"  // Collective: the collectives a profile fits
 #include "partition/model_spec.hpp"
 
 namespace cleave::partition {
-
-// The collectives a profile fits (file keys "all_reduce", "reduce_scatter", "all_gather" under "measured"; the
-// planner prices a plan's collectives by them).
-enum class Collective { kAllReduce, kReduceScatter, kAllGather };
-constexpr std::array<EnumName<Collective>, 3> enum_names(Collective) {
-  return {{{Collective::kAllReduce, "all_reduce"},
-           {Collective::kReduceScatter, "reduce_scatter"},
-           {Collective::kAllGather, "all_gather"}}};
-}
 
 struct MeasuredBlock {
   std::string shape;             // block_shape_key(): "transformer_block d256 h4 ff1024 T64"

@@ -17,20 +17,12 @@ using partition::Recompute;
 
 namespace {
 
-Collective collective_of(partition::TpCollectiveOp op) {
+// The phases a collective's handoffs count (collective_handoffs.hpp).
+Exchange exchange_of(Collective op) {
   switch (op) {
-    case partition::TpCollectiveOp::kAllReduce: return Collective::kAllReduce;
-    case partition::TpCollectiveOp::kReduceScatter: return Collective::kReduceScatter;
-    case partition::TpCollectiveOp::kAllGather: return Collective::kAllGather;
-  }
-  return Collective::kAllReduce;
-}
-
-Exchange exchange_of(partition::TpCollectiveOp op) {
-  switch (op) {
-    case partition::TpCollectiveOp::kAllReduce: return Exchange::kAllReduce;
-    case partition::TpCollectiveOp::kReduceScatter: return Exchange::kReduceScatter;
-    case partition::TpCollectiveOp::kAllGather: return Exchange::kAllGather;
+    case Collective::kAllReduce: return Exchange::kAllReduce;
+    case Collective::kReduceScatter: return Exchange::kReduceScatter;
+    case Collective::kAllGather: return Exchange::kAllGather;
   }
   return Exchange::kAllReduce;
 }
@@ -52,11 +44,10 @@ PassPrice price_pass(const TermContext& c, const std::vector<partition::TpCollec
                          : x.batching == partition::TpBatching::kWhole ? c.micro * sample
                                                                        : sample;
     const double posts = x.batching == partition::TpBatching::kPerSample ? c.micro : 1.0;
-    const Collective op = collective_of(x.op);
-    p.seconds += posts * c.collective_s(op, bytes, choice.tp, link);
+    p.seconds += posts * c.collective_s(x.op, bytes, choice.tp, link);
     p.meetings += 1;
     p.handoffs += collective_handoffs(exchange_of(x.op), choice.tp, c.ranks_per_core);
-    p.bytes += posts * ring_bytes(bytes, choice.tp, op == Collective::kAllReduce);
+    p.bytes += posts * ring_bytes(bytes, choice.tp, x.op == Collective::kAllReduce);
   }
   return p;
 }

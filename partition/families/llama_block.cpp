@@ -271,7 +271,7 @@ void add_llama_attention_tp_comm(TpBlockComm& c, const BlockSpec& block, DType d
   if (block.qk_norm && !sequence_parallel) {  // layers/llama/head_rmsnorm.cpp: this rank's heads' share
     const std::int64_t head_dim = block.in_features / block.n_heads;
     for (int norm = 0; norm < 2; ++norm) {
-      c.weight_grad.push_back({TpCollectiveOp::kAllReduce, head_dim * cost_parts::kStatBytes, TpBatching::kFixed});
+      c.weight_grad.push_back({Collective::kAllReduce, head_dim * cost_parts::kStatBytes, TpBatching::kFixed});
     }
   }
 }

@@ -185,7 +185,7 @@ BlockWork moe_work(const BlockSpec& block, DType dtype, Recompute recompute, int
 // experts are a SwiGLU MLP of their own on the block's input, run after the routed ones in F and in I: one more tp
 // region (add_tp_region; under sequence parallelism its input gathered again in W).
 TpBlockComm moe_tp_comm(const BlockSpec& block, DType dtype, int /*tp*/, bool sp, Recompute recompute) {
-  using Op = TpCollectiveOp;
+  using Op = Collective;
   constexpr TpBatching kEach = TpBatching::kPerSample;
   TpBlockComm c;
   const std::int64_t stream = block.seq_len * block.in_features * static_cast<std::int64_t>(dtype_size(dtype));

@@ -31,16 +31,16 @@ class RecordingCommunicator final : public ForwardingCommunicator {
     CLEAVE_THROW("RecordingCommunicator: a layer asked to split its tensor-parallel group");
   }
   comm::WorkPtr all_reduce_impl(const Tensor& tensor, comm::ReduceOp op, const Stream& stream) override {
-    posted_.push_back({partition::TpCollectiveOp::kAllReduce, static_cast<std::int64_t>(tensor.nbytes())});
+    posted_.push_back({partition::Collective::kAllReduce, static_cast<std::int64_t>(tensor.nbytes())});
     return ForwardingCommunicator::all_reduce_impl(tensor, op, stream);
   }
   comm::WorkPtr reduce_scatter_impl(const Tensor& input, const Tensor& output, comm::ReduceOp op,
                                     const Stream& stream) override {
-    posted_.push_back({partition::TpCollectiveOp::kReduceScatter, static_cast<std::int64_t>(input.nbytes())});
+    posted_.push_back({partition::Collective::kReduceScatter, static_cast<std::int64_t>(input.nbytes())});
     return ForwardingCommunicator::reduce_scatter_impl(input, output, op, stream);
   }
   comm::WorkPtr all_gather_impl(const Tensor& input, const Tensor& output, const Stream& stream) override {
-    posted_.push_back({partition::TpCollectiveOp::kAllGather, static_cast<std::int64_t>(output.nbytes())});
+    posted_.push_back({partition::Collective::kAllGather, static_cast<std::int64_t>(output.nbytes())});
     return ForwardingCommunicator::all_gather_impl(input, output, stream);
   }
 

@@ -24,6 +24,7 @@
 #include "partition/families/kinds.hpp"
 #include "partition/model_spec.hpp"
 #include "support/recording_communicator.hpp"
+#include "support/tp_blocks.hpp"
 #include "unit/layers/layer_test_util.hpp"
 
 namespace cleave::testing {
@@ -32,11 +33,8 @@ namespace cleave::testing {
 // for a micro-batch of `batch` samples (kWhole: one of batch × bytes; kPerSample: `batch` of bytes; kFixed: one).
 inline std::string tp_collectives_text(const std::vector<partition::TpCollective>& list, std::int64_t batch) {
   std::string out;
-  const auto add = [&](partition::TpCollectiveOp op, std::int64_t bytes) {
-    const char* name = op == partition::TpCollectiveOp::kAllReduce       ? "all_reduce"
-                       : op == partition::TpCollectiveOp::kReduceScatter ? "reduce_scatter"
-                                                                         : "all_gather";
-    out += std::string(out.empty() ? "" : ", ") + name + " " + std::to_string(bytes) + " B";
+  const auto add = [&](partition::Collective op, std::int64_t bytes) {
+    out += std::string(out.empty() ? "" : ", ") + std::string(enum_name(op)) + " " + std::to_string(bytes) + " B";
   };
   for (const partition::TpCollective& c : list) {
     switch (c.batching) {
@@ -52,20 +50,14 @@ inline std::string tp_collectives_text(const std::vector<partition::TpCollective
 
 inline void expect_tp_collectives_match_cost_model(const partition::ModelSpec& spec, comm::Communicator& tp_comm,
                                                    partition::Recompute mode, bool sequence_parallel) {
-  constexpr std::int64_t kBatch = 3;
+  constexpr std::int64_t kBatch = kTpBatch;
   const int tp = tp_comm.size();
   RecordingCommunicator recorder(tp_comm);
-  layers::BuildOptions options{cpu_allocator()};
-  options.tp_size = tp;
-  options.tp_rank = tp_comm.rank();
-  options.recompute = mode;
-  auto blocks = layers::build_blocks(spec, 0, spec.blocks.size(), options);
-  layers::Context ctx;
-  ctx.tp_comm = &recorder;
-  ctx.sequence_parallel = sequence_parallel;
-  const auto sizes = spec.token_sizes();
-  const Tensor targets = layers::testing::random_ids(Shape{kBatch, sizes.seq_len}, sizes.vocab_size, 61);
-  Tensor x = layers::testing::random_ids(Shape{kBatch, sizes.seq_len}, sizes.vocab_size, 62);
+  TpBlocks run = build_tp_blocks(spec, tp_comm, recorder, mode, sequence_parallel);
+  auto& blocks = run.blocks;
+  layers::Context& ctx = run.ctx;
+  const Tensor& targets = run.targets;
+  Tensor x = run.x;
   const auto expect_pass = [&](const std::vector<partition::TpCollective>& priced, const partition::BlockSpec& block,
                                const char* pass) {
     EXPECT_EQ(tp_collectives_text(recorder.take(), 1), tp_collectives_text(priced, kBatch))

@@ -22,25 +22,20 @@
 #include "layers/models/builder.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/model_spec.hpp"
+#include "support/tp_blocks.hpp"
 #include "unit/layers/layer_test_util.hpp"
 
 namespace cleave::testing {
 
 inline void expect_tp_stash_matches_cost_model(const partition::ModelSpec& spec, comm::Communicator& tp_comm,
                                                partition::Recompute mode, bool sequence_parallel) {
-  constexpr std::int64_t kBatch = 3;
+  constexpr std::int64_t kBatch = kTpBatch;
   const int tp = tp_comm.size();
-  layers::BuildOptions options{cpu_allocator()};
-  options.tp_size = tp;
-  options.tp_rank = tp_comm.rank();
-  options.recompute = mode;
-  auto blocks = layers::build_blocks(spec, 0, spec.blocks.size(), options);
-  layers::Context ctx;
-  ctx.tp_comm = &tp_comm;
-  ctx.sequence_parallel = sequence_parallel;
-  const auto sizes = spec.token_sizes();
-  const Tensor targets = layers::testing::random_ids(Shape{kBatch, sizes.seq_len}, sizes.vocab_size, 61);
-  Tensor x = layers::testing::random_ids(Shape{kBatch, sizes.seq_len}, sizes.vocab_size, 62);
+  TpBlocks run = build_tp_blocks(spec, tp_comm, tp_comm, mode, sequence_parallel);
+  auto& blocks = run.blocks;
+  layers::Context& ctx = run.ctx;
+  const Tensor& targets = run.targets;
+  Tensor x = run.x;
   std::vector<layers::Stash> stashes(blocks.size());
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     x = layers::forward_block(*blocks[i], x, targets, stashes[i], ctx);

@@ -179,7 +179,7 @@ TEST(CostModel, SequenceParallelCollectivesMoveTheSameBytes) {
   // Ring bytes per rank: all-reduce 2 (tp-1)/tp, reduce-scatter and all-gather (tp-1)/tp of the tensor.
   auto ring = [](const std::vector<TpCollective>& list) {
     double bytes = 0;
-    for (const auto& c : list) bytes += (c.op == TpCollectiveOp::kAllReduce ? 2.0 : 1.0) * 0.5 * c.bytes;
+    for (const auto& c : list) bytes += (c.op == Collective::kAllReduce ? 2.0 : 1.0) * 0.5 * c.bytes;
     return bytes;
   };
   EXPECT_EQ(ring(sp.forward), ring(plain.forward));
@@ -187,7 +187,7 @@ TEST(CostModel, SequenceParallelCollectivesMoveTheSameBytes) {
   EXPECT_EQ(ring(sp.weight_grad), 2 * 0.5 * stream);  // the re-gathered column-parallel inputs
   for (const auto& c : sp.forward) EXPECT_EQ(c.bytes, stream);
   EXPECT_TRUE(tp_block_comm(spec.blocks[1], DType::kF32, 1, true).forward.empty());
-  EXPECT_EQ(tp_block_comm(spec.blocks[0], DType::kF32, 2, true).forward[0].op, TpCollectiveOp::kReduceScatter);
+  EXPECT_EQ(tp_block_comm(spec.blocks[0], DType::kF32, 2, true).forward[0].op, Collective::kReduceScatter);
 }
 
 // Llama's embedding has no learned positions (seq_len 0): its tokens come from the ids' shape [T]. T = 8, D = 16,
